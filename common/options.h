@@ -1,0 +1,35 @@
+// Options: one typed struct, filled from the environment once (prefix MOEJIT_), then passed around
+// explicitly. Nothing else in the library reads the environment.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "common/log.h"
+
+namespace moejit {
+
+struct Options {
+  // Disk cache root; empty = in-memory only. Default: $MOEJIT_CACHE_DIR, else $XDG_CACHE_HOME/moejit,
+  // else ~/.cache/moejit.
+  std::filesystem::path cache_dir;
+  bool disk_cache = true;                            // MOEJIT_CACHE=0 disables the disk cache
+  std::uint64_t cache_max_bytes = 4ull << 30;        // MOEJIT_CACHE_MAX_MB; LRU eviction above it
+  std::filesystem::path template_dir;                // MOEJIT_TEMPLATE_DIR: use these templates
+  std::filesystem::path cuda_home;                   // MOEJIT_CUDA_HOME: where CUDA headers live
+  LogLevel log_level = LogLevel::Warn;               // MOEJIT_LOG
+  int compile_threads = 0;                           // MOEJIT_COMPILE_THREADS; 0 = hardware threads
+  bool save_failed_sources = true;                   // failing sources go to <cache>/failed/
+  bool tune_on_first_use = false;                    // MOEJIT_TUNE=1
+
+  // Reads MOEJIT_* variables; a malformed value is an Error(Validate) naming the variable.
+  static Options from_env();
+};
+
+// Parsers shared with the CLI; each throws Error(Validate) naming `what` on bad input.
+std::int64_t parse_int(const std::string& text, const std::string& what);
+bool parse_bool(const std::string& text, const std::string& what);
+
+}  // namespace moejit

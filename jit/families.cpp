@@ -1,0 +1,170 @@
+#include "jit/families.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/options.h"
+
+namespace moejit {
+
+std::int64_t next_pow2(std::int64_t x) {
+  std::int64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+namespace {
+
+ParamDesc int_param(std::string name, std::string tname, std::string doc, std::optional<std::int64_t> def,
+                    std::int64_t min, std::int64_t max) {
+  ParamDesc p;
+  p.name = std::move(name);
+  p.template_name = std::move(tname);
+  p.kind = ParamKind::Int;
+  p.doc = std::move(doc);
+  if (def) p.default_value = *def;
+  p.min = min;
+  p.max = max;
+  return p;
+}
+
+ParamDesc derived_int(std::string name, std::string tname, std::string doc) {
+  ParamDesc p = int_param(std::move(name), std::move(tname), std::move(doc), std::nullopt, 0, 0);
+  p.derived = true;
+  return p;
+}
+
+// routing_sort: keys per CTA = tokens_per_cta * top_k; bitonic width = next power of two.
+constexpr std::int64_t kMaxRoutingKeysPerCta = 8192;
+
+FamilyInfo routing_sort_family() {
+  FamilyInfo f;
+  f.name = "routing_sort";
+  f.header = "routing/routing_sort.cuh";
+  f.doc = "routing metadata: expert counts, offsets, gather/scatter index, tile map";
+  f.params = {
+      int_param("top_k", "TOPK", "experts per token", std::nullopt, 1, 32),
+      int_param("tokens_per_cta", "TOKENS_PER_CTA", "tokens whose keys one CTA sorts", 32, 1, 4096),
+      derived_int("padded", "PADDED", "bitonic sort width = next_pow2(tokens_per_cta * top_k)"),
+      derived_int("threads", "THREADS", "threads per CTA of the count and scatter kernels"),
+  };
+  f.entries = {
+      {"count", "moejit::routing_count_kernel", "moejit::RoutingSortArgs"},
+      {"scan", "moejit::routing_scan_kernel", "moejit::RoutingSortArgs"},
+      {"scatter", "moejit::routing_scatter_kernel", "moejit::RoutingSortArgs"},
+  };
+  f.derive = [](KernelSpec& s) {
+    const std::int64_t block = s.get_int("tokens_per_cta") * s.get_int("top_k");
+    if (block > kMaxRoutingKeysPerCta)
+      throw Error(Phase::Validate,
+                  fmt::format("routing_sort: tokens_per_cta * top_k = {} exceeds {} keys per CTA", block,
+                              kMaxRoutingKeysPerCta));
+    const std::int64_t padded = next_pow2(block);
+    s.params["padded"] = padded;
+    // Half as many threads as keys: each thread owns one compare-exchange per bitonic step.
+    s.params["threads"] = std::clamp<std::int64_t>(padded / 2, 32, 512);
+  };
+  return f;
+}
+
+ParamValue parse_value(const FamilyInfo& f, const ParamDesc& p, const std::string& text) {
+  const std::string what = fmt::format("{}: parameter {}", f.name, p.name);
+  switch (p.kind) {
+    case ParamKind::Int: return parse_int(text, what);
+    case ParamKind::Bool: return parse_bool(text, what);
+    case ParamKind::Enum: return text;
+  }
+  return text;
+}
+
+void check_value(const FamilyInfo& f, const ParamDesc& p, const ParamValue& v) {
+  switch (p.kind) {
+    case ParamKind::Int: {
+      if (!std::holds_alternative<std::int64_t>(v))
+        throw Error(Phase::Validate, fmt::format("{}: parameter {} must be an integer", f.name, p.name));
+      auto x = std::get<std::int64_t>(v);
+      if (x < p.min || x > p.max)
+        throw Error(Phase::Validate, fmt::format("{}: {}={} is out of range [{}, {}] ({})", f.name, p.name, x,
+                                                 p.min, p.max, p.doc));
+      break;
+    }
+    case ParamKind::Bool:
+      if (!std::holds_alternative<bool>(v))
+        throw Error(Phase::Validate, fmt::format("{}: parameter {} must be a boolean", f.name, p.name));
+      break;
+    case ParamKind::Enum: {
+      const auto* s = std::get_if<std::string>(&v);
+      if (s == nullptr || std::find(p.choices.begin(), p.choices.end(), *s) == p.choices.end())
+        throw Error(Phase::Validate, fmt::format("{}: parameter {} must be one of: {}", f.name, p.name,
+                                                 fmt::join(p.choices, ", ")));
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+const std::vector<FamilyInfo>& families() {
+  static const std::vector<FamilyInfo> kFamilies = {routing_sort_family()};
+  return kFamilies;
+}
+
+const FamilyInfo& family(const std::string& name) {
+  for (const auto& f : families())
+    if (f.name == name) return f;
+  std::vector<std::string> names;
+  for (const auto& f : families()) names.push_back(f.name);
+  throw Error(Phase::Validate, fmt::format("unknown kernel family '{}' (known: {})", name, fmt::join(names, ", ")));
+}
+
+KernelSpec complete_spec(KernelSpec spec) {
+  const FamilyInfo& f = family(spec.family);
+  validate_arch(spec.arch);
+  for (const auto& [name, value] : spec.params) {
+    auto it = std::find_if(f.params.begin(), f.params.end(), [&](const ParamDesc& p) { return p.name == name; });
+    if (it == f.params.end()) {
+      std::vector<std::string> names;
+      for (const auto& p : f.params)
+        if (!p.derived) names.push_back(p.name);
+      throw Error(Phase::Validate, fmt::format("{}: unknown parameter '{}' (parameters: {})", f.name, name,
+                                               fmt::join(names, ", ")));
+    }
+  }
+  // Derived parameters are recomputed, never trusted from input; a stale value in a spec file is
+  // an error, not silently replaced.
+  KernelSpec given = spec;
+  for (const auto& p : f.params) {
+    if (p.derived) {
+      spec.params.erase(p.name);
+      continue;
+    }
+    if (!spec.params.count(p.name)) {
+      if (!p.default_value)
+        throw Error(Phase::Validate, fmt::format("{}: parameter '{}' is required ({})", f.name, p.name, p.doc));
+      spec.params[p.name] = *p.default_value;
+    }
+    check_value(f, p, spec.params[p.name]);
+  }
+  if (f.derive) f.derive(spec);
+  for (const auto& p : f.params) {
+    if (!p.derived || !given.params.count(p.name)) continue;
+    if (given.params.at(p.name) != spec.params.at(p.name))
+      throw Error(Phase::Validate, fmt::format("{}: derived parameter {}={} does not match the computed value {}",
+                                               f.name, p.name, param_to_string(given.params.at(p.name)),
+                                               param_to_string(spec.params.at(p.name))));
+  }
+  return spec;
+}
+
+KernelSpec make_spec(const std::string& family_name, const std::string& arch,
+                     const std::map<std::string, std::string>& raw_params) {
+  const FamilyInfo& f = family(family_name);
+  KernelSpec spec{family_name, arch, {}};
+  for (const auto& [name, text] : raw_params) {
+    auto it = std::find_if(f.params.begin(), f.params.end(), [&](const ParamDesc& p) { return p.name == name; });
+    spec.params[name] = it == f.params.end() ? ParamValue(text) : parse_value(f, *it, text);
+  }
+  return complete_spec(std::move(spec));
+}
+
+}  // namespace moejit

@@ -1,0 +1,72 @@
+#include "runtime/model_config.h"
+
+#include "common/error.h"
+#include "common/files.h"
+#include "jit/families.h"
+
+namespace moejit {
+
+namespace {
+const nlohmann::json* first_of(const nlohmann::json& j, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (j.contains(n) && !j[n].is_null()) return &j[n];
+  return nullptr;
+}
+
+int required_int(const nlohmann::json& j, std::initializer_list<const char*> names) {
+  const nlohmann::json* v = first_of(j, names);
+  std::vector<std::string> list(names.begin(), names.end());
+  if (v == nullptr)
+    throw Error(Phase::Validate, fmt::format("model config has none of: {}", fmt::join(list, ", ")));
+  if (!v->is_number_integer() || v->get<long long>() <= 0)
+    throw Error(Phase::Validate, fmt::format("model config field {} must be a positive integer", list.front()));
+  return v->get<int>();
+}
+}  // namespace
+
+ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
+  if (!root.is_object()) throw Error(Phase::Validate, "model config must be a JSON object");
+  // Multimodal configs (Llama-4) keep the language model under text_config.
+  const nlohmann::json& j = root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
+  ModelMoeConfig m;
+  m.model_type = root.value("model_type", std::string("unknown"));
+  m.num_experts = required_int(j, {"num_local_experts", "n_routed_experts", "num_experts"});
+  m.top_k = required_int(j, {"num_experts_per_tok", "moe_topk", "top_k"});
+  m.hidden = required_int(j, {"hidden_size"});
+  m.intermediate = required_int(j, {"moe_intermediate_size", "intermediate_size"});
+  if (auto* v = first_of(j, {"scoring_func"}); v && v->is_string()) m.scoring = v->get<std::string>();
+  if (auto* v = first_of(j, {"norm_topk_prob"}); v && v->is_boolean()) m.renormalize = v->get<bool>();
+  if (auto* v = first_of(j, {"n_group"}); v && v->is_number_integer()) m.n_group = v->get<int>();
+  if (auto* v = first_of(j, {"topk_group"}); v && v->is_number_integer()) m.topk_group = v->get<int>();
+  if (auto* v = first_of(j, {"routed_scaling_factor"}); v && v->is_number()) m.routed_scaling_factor = v->get<double>();
+  if (auto* v = first_of(j, {"hidden_act"}); v && v->is_string()) m.activation = v->get<std::string>();
+  if (m.top_k > m.num_experts)
+    throw Error(Phase::Validate, fmt::format("model config: top_k = {} exceeds the {} experts", m.top_k, m.num_experts));
+  if (m.n_group < 1 || m.num_experts % m.n_group != 0)
+    throw Error(Phase::Validate, fmt::format("model config: {} experts are not divisible into n_group = {}",
+                                             m.num_experts, m.n_group));
+  return m;
+}
+
+ModelMoeConfig ModelMoeConfig::from_file(const std::filesystem::path& path) {
+  std::string text;
+  if (!try_read_file(path, text)) throw Error(Phase::Validate, fmt::format("cannot read model config {}", path.string()));
+  try {
+    return from_json(nlohmann::json::parse(text));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Phase::Validate, fmt::format("model config {} is not valid JSON: {}", path.string(), e.what()));
+  }
+}
+
+std::string ModelMoeConfig::describe() const {
+  return fmt::format("{}: E={} top_k={} K={} N={} scoring={} renormalize={} n_group={} topk_group={} scale={}",
+                     model_type, num_experts, top_k, hidden, intermediate, scoring, renormalize, n_group, topk_group,
+                     routed_scaling_factor);
+}
+
+std::vector<KernelSpec> kernel_specs_for(const ModelMoeConfig& m, const std::string& arch) {
+  // Grows with the kernel families: today the routing metadata; the GEMMs join with their issue.
+  return {complete_spec({"routing_sort", arch, {{"top_k", std::int64_t(m.top_k)}}})};
+}
+
+}  // namespace moejit

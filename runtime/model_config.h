@@ -1,0 +1,35 @@
+// The MoE part of a Hugging Face config.json (Mixtral, Qwen2/Qwen3-MoE, DeepSeek-V2/V3/V4, gpt-oss,
+// Llama-4): experts, top_k, sizes and the routing rule, with errors that name the missing field.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "jit/kernel_spec.h"
+
+namespace moejit {
+
+struct ModelMoeConfig {
+  std::string model_type;
+  int num_experts = 0;   // num_local_experts / n_routed_experts / num_experts
+  int top_k = 0;         // num_experts_per_tok
+  int hidden = 0;        // hidden_size (K)
+  int intermediate = 0;  // moe_intermediate_size, else intermediate_size (N)
+  std::string scoring = "softmax";  // scoring_func
+  bool renormalize = true;          // norm_topk_prob
+  int n_group = 1, topk_group = 1;
+  double routed_scaling_factor = 1.0;
+  std::string activation = "silu";  // hidden_act
+
+  static ModelMoeConfig from_json(const nlohmann::json& config);  // throws Error(Validate)
+  static ModelMoeConfig from_file(const std::filesystem::path& path);
+  std::string describe() const;
+};
+
+// The kernel specs a layer of this model needs on `arch` (compiled ahead by `moejit compile`).
+std::vector<KernelSpec> kernel_specs_for(const ModelMoeConfig& model, const std::string& arch);
+
+}  // namespace moejit

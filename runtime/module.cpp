@@ -1,0 +1,72 @@
+#include "runtime/module.h"
+
+namespace moejit {
+
+Kernel::Kernel(std::shared_ptr<DriverApi> api, CUfunction fn, std::string name)
+    : api_(std::move(api)), fn_(fn), name_(std::move(name)) {
+  auto attr = [&](CUfunction_attribute what) {
+    int v = 0;
+    MOEJIT_CHECK_CU(*api_, Load, cuFuncGetAttribute(&v, what, fn_));
+    return v;
+  };
+  resources_.registers = attr(CU_FUNC_ATTRIBUTE_NUM_REGS);
+  resources_.static_shared_bytes = attr(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+  resources_.local_bytes = attr(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
+  resources_.const_bytes = attr(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES);
+  resources_.max_threads_per_block = attr(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+  resources_.ptx_version = attr(CU_FUNC_ATTRIBUTE_PTX_VERSION);
+  resources_.binary_version = attr(CU_FUNC_ATTRIBUTE_BINARY_VERSION);
+}
+
+void Kernel::launch_raw(CUstream stream, const LaunchShape& s, void** params) const {
+  const unsigned threads = s.block_x * s.block_y * s.block_z;
+  if (threads == 0 || threads > static_cast<unsigned>(resources_.max_threads_per_block))
+    throw Error(Phase::Launch, fmt::format("{}: {} threads per block, the kernel allows 1..{}", name_, threads,
+                                           resources_.max_threads_per_block));
+  if (s.grid_x == 0 || s.grid_y == 0 || s.grid_z == 0)
+    throw Error(Phase::Launch, fmt::format("{}: empty grid {}x{}x{}", name_, s.grid_x, s.grid_y, s.grid_z));
+  if (static_cast<int>(s.dynamic_shared_bytes) > dynamic_shared_limit_) {
+    MOEJIT_CHECK_CU(*api_, Launch,
+                    cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(s.dynamic_shared_bytes)));
+    dynamic_shared_limit_ = static_cast<int>(s.dynamic_shared_bytes);
+  }
+  MOEJIT_CHECK_CU(*api_, Launch,
+                  cuLaunchKernel(fn_, s.grid_x, s.grid_y, s.grid_z, s.block_x, s.block_y, s.block_z,
+                                 s.dynamic_shared_bytes, stream, params, nullptr));
+}
+
+Module::Module(std::shared_ptr<DriverApi> api, const std::string& cubin,
+               const std::map<std::string, std::string>& entries)
+    : api_(std::move(api)) {
+  MOEJIT_CHECK_CU(*api_, Load, cuModuleLoadData(&module_, cubin.data()));
+  for (const auto& [name, lowered] : entries) {
+    CUfunction fn = nullptr;
+    CUresult r = api_->cuModuleGetFunction(&fn, module_, lowered.c_str());
+    if (r != CUDA_SUCCESS) {
+      api_->cuModuleUnload(module_);
+      throw Error(Phase::Load, fmt::format("entry '{}' ({}) not found in the module: {}", name, lowered,
+                                           api_->error_name(r)));
+    }
+    kernels_.emplace(name, Kernel(api_, fn, name));
+  }
+}
+
+Module::~Module() {
+  if (module_ != nullptr) api_->cuModuleUnload(module_);
+}
+
+const Kernel& Module::kernel(const std::string& name) const {
+  auto it = kernels_.find(name);
+  if (it == kernels_.end())
+    throw Error(Phase::Load, fmt::format("module has no kernel '{}' (has: {})", name, fmt::join(kernel_names(), ", ")));
+  return it->second;
+}
+
+std::vector<std::string> Module::kernel_names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, k] : kernels_) out.push_back(name);
+  return out;
+}
+
+}  // namespace moejit

@@ -1,0 +1,79 @@
+// Runtime: owns the options, the templates, the kernel cache and (lazily) the driver and device.
+// It composes the one-way flow: spec -> rendered source -> cache key -> cache hit or NVRTC compile
+// -> (on a GPU) module per context. No global state: engines pass a Runtime around.
+#pragma once
+
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/disk_cache.h"
+#include "common/options.h"
+#include "jit/cuda_paths.h"
+#include "jit/kernel_spec.h"
+#include "jit/nvrtc_compiler.h"
+#include "jit/source_render.h"
+#include "jit/template_store.h"
+#include "runtime/device.h"
+#include "runtime/module.h"
+
+namespace moejit {
+
+// What a compile (or cache hit) produced: source, PTX, cubin, entry points and their resources.
+struct CompiledKernel {
+  KernelSpec spec;
+  std::string key;
+  bool cache_hit = false;
+  std::shared_ptr<const CacheEntry> entry;  // source, ptx, cubin, manifest
+  std::vector<CompiledEntry> entries;
+  double compile_seconds = 0;               // of the compile that produced it
+  std::map<std::string, std::string> lowered_names() const;
+};
+
+class Runtime {
+ public:
+  explicit Runtime(Options options = Options::from_env());
+  ~Runtime();
+
+  const Options& options() const { return options_; }
+  const TemplateStore& templates() const { return templates_; }
+  KernelCache& cache() { return *cache_; }
+
+  // --- no GPU needed ---
+  RenderedKernel render(const KernelSpec& spec) const;  // completes the spec first
+  std::string cache_key(const RenderedKernel& rendered) const;
+  // Cache hit, or NVRTC compile + publish. Thread-safe; concurrent requests for one key compile once.
+  std::shared_ptr<const CompiledKernel> compile(const KernelSpec& spec);
+  // Compiles many specs in parallel (Options::compile_threads). Every spec is attempted; the first
+  // failure is rethrown after all finish.
+  std::vector<std::shared_ptr<const CompiledKernel>> compile_all(const std::vector<KernelSpec>& specs);
+
+  // --- GPU ---
+  bool gpu_available(std::string* why = nullptr);
+  DriverApi& driver();   // throws Error(Driver) saying plainly when there is no driver or GPU
+  Device& device();      // device 0, primary context retained and made current on first use
+  std::string device_arch();  // the arch to compile for on this machine's device 0
+  // Compiled and loaded into the device's context; cached per (context, key). A cached cubin the
+  // driver rejects is dropped from the cache and rebuilt once.
+  std::shared_ptr<const Module> load(const KernelSpec& spec);
+
+ private:
+  const CudaHeaders& cuda_headers() const;
+  std::shared_ptr<const CompiledKernel> compile_uncached(const RenderedKernel& rendered, const std::string& key);
+
+  Options options_;
+  TemplateStore templates_;
+  std::unique_ptr<KernelCache> cache_;
+  mutable std::mutex mutex_;
+  mutable std::optional<CudaHeaders> cuda_headers_;
+  std::map<std::string, std::shared_future<std::shared_ptr<const CompiledKernel>>> in_flight_;
+  std::shared_ptr<DriverApi> driver_;
+  std::unique_ptr<Device> device_;
+  std::map<std::pair<CUcontext, std::string>, std::shared_ptr<const Module>> modules_;
+};
+
+}  // namespace moejit

@@ -1,0 +1,100 @@
+// NVRTC compiles every template family for every arch we target; failures carry log, options, source.
+#include <doctest/doctest.h>
+
+#include <fstream>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "jit/families.h"
+#include "support/test_support.h"
+
+using namespace moejit;
+
+namespace {
+// Every specialization the GPU tests and the demo launch, plus the edges of the parameter space.
+std::vector<KernelSpec> specs_for(const std::string& arch) {
+  std::vector<KernelSpec> specs;
+  for (int k : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 16, 32})
+    specs.push_back(make_spec("routing_sort", arch, {{"top_k", std::to_string(k)}}));
+  specs.push_back(make_spec("routing_sort", arch, {{"top_k", "1"}, {"tokens_per_cta", "1"}}));
+  specs.push_back(make_spec("routing_sort", arch, {{"top_k", "32"}, {"tokens_per_cta", "256"}}));
+  return specs;
+}
+}  // namespace
+
+TEST_CASE("NVRTC compiles every routing_sort specialization for sm_80, sm_90a and sm_100a") {
+  test::ScratchDir dir("nvrtc");
+  Runtime rt(test::test_options(dir.path()));
+  for (const char* arch : {"sm_80", "sm_90a", "sm_100a"}) {
+    auto compiled = rt.compile_all(specs_for(arch));
+    for (const auto& k : compiled) {
+      INFO(k->spec.to_string());
+      CHECK(!k->entry->cubin.empty());
+      CHECK(k->entry->ptx.find(std::string(".target ") + arch) != std::string::npos);
+      REQUIRE(k->entries.size() == 3);
+      for (const auto& e : k->entries) {
+        CHECK(e.lowered_name.rfind("_Z", 0) == 0);
+        CHECK(e.resources.registers > 0);
+        CHECK(e.resources.spill_store_bytes == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("a failing compile throws Error(Compile) with the NVRTC log, the options and the saved source") {
+  test::ScratchDir cache("nvrtc-fail");
+  test::ScratchDir templates("broken-templates");
+  // A development template tree (MOEJIT_TEMPLATE_DIR) whose routing_sort has a type error.
+  TemplateStore embedded;
+  for (const auto& path : embedded.paths()) {
+    auto target = templates.path() / path;
+    std::filesystem::create_directories(target.parent_path());
+    std::string text = embedded.text(path);
+    if (path == "routing/routing_sort.cuh") text += "\nnamespace moejit { __device__ int broken = undefined_symbol_x; }\n";
+    write_file_synced(target, text);
+  }
+  Options o = test::test_options(cache.path());
+  o.template_dir = templates.path();
+  Runtime rt(o);
+  try {
+    rt.compile(make_spec("routing_sort", "sm_90a", {{"top_k", "6"}}));
+    FAIL("expected a compile error");
+  } catch (const Error& e) {
+    CHECK(e.phase() == Phase::Compile);
+    CHECK(e.nvrtc_log().find("undefined_symbol_x") != std::string::npos);
+    CHECK(!e.options().empty());
+    REQUIRE(!e.saved_source_path().empty());
+    CHECK(read_file(e.saved_source_path()).find("routing_sort.cuh") != std::string::npos);
+  }
+  // Nothing was published for the failed key.
+  CHECK(rt.cache().list().empty());
+}
+
+TEST_CASE("editing a template changes the cache key") {
+  test::ScratchDir cache("tpl-edit");
+  test::ScratchDir templates("edited-templates");
+  TemplateStore embedded;
+  for (const auto& path : embedded.paths()) {
+    auto target = templates.path() / path;
+    std::filesystem::create_directories(target.parent_path());
+    write_file_synced(target, embedded.text(path) + (path == "common/bitonic_sort.cuh" ? "// edited\n" : ""));
+  }
+  Runtime plain(test::test_options(cache.path()));
+  Options o = test::test_options(cache.path());
+  o.template_dir = templates.path();
+  Runtime edited(o);
+  auto spec = make_spec("routing_sort", "sm_90a", {{"top_k", "6"}});
+  CHECK(plain.cache_key(plain.render(spec)) != edited.cache_key(edited.render(spec)));
+}
+
+TEST_CASE("an arch NVRTC does not know is a clear validation error") {
+  test::ScratchDir cache("bad-arch");
+  Runtime rt(test::test_options(cache.path()));
+  try {
+    rt.compile(make_spec("routing_sort", "sm_13", {{"top_k", "2"}}));
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.phase() == Phase::Validate);
+    CHECK(std::string(e.what()).find("not supported by NVRTC") != std::string::npos);
+  }
+}

@@ -1,0 +1,32 @@
+// Helpers shared by the CPU and GPU tests: scratch directories, runtimes with a private cache,
+// and the visible skip of GPU tests on machines without one.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "runtime/runtime.h"
+
+namespace moejit::test {
+
+// A fresh directory under the system temp dir, removed when the object dies.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& tag);
+  ~ScratchDir();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Options with a cache at `cache_dir` (empty = in-memory) and embedded templates.
+Options test_options(const std::filesystem::path& cache_dir);
+
+// True when a GPU is usable; otherwise prints "SKIPPED: no GPU (<why>)" once per test case.
+bool gpu_or_skip(Runtime& rt, const char* test_name);
+
+// Runs a shell command, returns its exit status; output into *output when given.
+int run_command(const std::string& command, std::string* output = nullptr);
+
+}  // namespace moejit::test
