@@ -8,9 +8,9 @@
 
 namespace moejit {
 
-namespace {
-using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-}
+// Two-level stringification: expands cuda.h's versioning macros first.
+#define MOEJIT_SYMBOL_NAME_IMPL(x) #x
+#define MOEJIT_SYMBOL_NAME(x) MOEJIT_SYMBOL_NAME_IMPL(x)
 
 std::shared_ptr<DriverApi> DriverApi::load() {
   void* handle = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -22,19 +22,18 @@ std::shared_ptr<DriverApi> DriverApi::load() {
   }
   std::shared_ptr<DriverApi> api(new DriverApi());
   api->handle_ = handle;
-  auto get_proc = reinterpret_cast<GetProcAddress>(::dlsym(handle, "cuGetProcAddress_v2"));
-  if (get_proc == nullptr)
-    throw Error(Phase::Driver, "libcuda.so.1 has no cuGetProcAddress_v2: the driver is older than CUDA 12; "
-                               "moejit needs a CUDA 12+ driver");
-#define MOEJIT_RESOLVE_FN(name)                                                                         \
-  {                                                                                                     \
-    void* fn = nullptr;                                                                                 \
-    CUdriverProcAddressQueryResult found{};                                                             \
-    CUresult r = get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found);               \
-    if (r != CUDA_SUCCESS || fn == nullptr || found != CU_GET_PROC_ADDRESS_SUCCESS)                     \
-      throw Error(Phase::Driver, fmt::format("the CUDA driver lacks {} (for CUDA {}): update the driver", \
-                                             #name, CUDA_VERSION));                                     \
-    api->name = reinterpret_cast<decltype(api->name)>(fn);                                              \
+  // Resolve each entry point by the exact symbol cuda.h maps its name to (cuMemAlloc -> cuMemAlloc_v2,
+  // cuGraphInstantiate -> cuGraphInstantiateWithFlags, ...), so the pointer's ABI is the prototype we
+  // compiled against. cuGetProcAddress would hand out the newest version instead (CUDA 13's
+  // cuCtxSynchronize resolves to cuCtxSynchronize_v2(CUcontext)), a silent ABI mismatch.
+#define MOEJIT_RESOLVE_FN(name)                                                                            \
+  {                                                                                                        \
+    void* fn = ::dlsym(handle, MOEJIT_SYMBOL_NAME(name));                                                  \
+    if (fn == nullptr)                                                                                     \
+      throw Error(Phase::Driver, fmt::format("the CUDA driver lacks {}: it is older than the CUDA {} headers " \
+                                             "moejit was built with; update the driver",                   \
+                                             MOEJIT_SYMBOL_NAME(name), CUDA_VERSION));                      \
+    api->name = reinterpret_cast<decltype(api->name)>(fn);                                                 \
   }
   MOEJIT_DRIVER_FUNCTIONS(MOEJIT_RESOLVE_FN)
 #undef MOEJIT_RESOLVE_FN

@@ -1,7 +1,6 @@
 // The CUDA Driver API, loaded with dlopen("libcuda.so.1") at run time: the library, the CLI and the
 // tests start on machines with no driver, and fail only when something tries to run on a GPU.
-// cuda.h supplies the types; entry points are resolved through cuGetProcAddress for the ABI version
-// of the cuda.h we build against.
+// cuda.h supplies the types; each entry point is resolved by the versioned symbol cuda.h maps it to.
 #pragma once
 
 #include <cuda.h>

@@ -172,14 +172,16 @@ bool Runtime::gpu_available(std::string* why) {
   }
 }
 
-DriverApi& Runtime::driver() {
+std::shared_ptr<DriverApi> Runtime::load_driver() {
   std::lock_guard lock(mutex_);
   if (!driver_) driver_ = DriverApi::load();
-  return *driver_;
+  return driver_;
 }
 
+DriverApi& Runtime::driver() { return device().api(); }
+
 Device& Runtime::device() {
-  driver();
+  load_driver();
   std::lock_guard lock(mutex_);
   if (!device_) device_ = std::make_unique<Device>(driver_, 0);
   device_->make_current();

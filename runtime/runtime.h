@@ -54,8 +54,10 @@ class Runtime {
 
   // --- GPU ---
   bool gpu_available(std::string* why = nullptr);
-  DriverApi& driver();   // throws Error(Driver) saying plainly when there is no driver or GPU
-  Device& device();      // device 0, primary context retained and made current on first use
+  // The driver, with device 0's primary context current on the calling thread. Throws Error(Driver)
+  // saying plainly when there is no driver or GPU.
+  DriverApi& driver();
+  Device& device();  // device 0, primary context retained; made current on the calling thread
   std::string device_arch();  // the arch to compile for on this machine's device 0
   // Compiled and loaded into the device's context; cached per (context, key). A cached cubin the
   // driver rejects is dropped from the cache and rebuilt once.
@@ -63,6 +65,7 @@ class Runtime {
 
  private:
   const CudaHeaders& cuda_headers() const;
+  std::shared_ptr<DriverApi> load_driver();
   std::shared_ptr<const CompiledKernel> compile_uncached(const RenderedKernel& rendered, const std::string& key);
 
   Options options_;
