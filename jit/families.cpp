@@ -34,6 +34,70 @@ ParamDesc derived_int(std::string name, std::string tname, std::string doc) {
   return p;
 }
 
+ParamDesc enum_param(std::string name, std::string tname, std::string doc, std::string def,
+                     std::map<std::string, std::string> values) {
+  ParamDesc p;
+  p.name = std::move(name);
+  p.template_name = std::move(tname);
+  p.kind = ParamKind::Enum;
+  p.doc = std::move(doc);
+  p.default_value = std::move(def);
+  for (const auto& [value, cpp] : values) p.choices.push_back(value);
+  p.enum_cpp = std::move(values);
+  return p;
+}
+
+ParamDesc bool_param(std::string name, std::string tname, std::string doc, bool def) {
+  ParamDesc p;
+  p.name = std::move(name);
+  p.template_name = std::move(tname);
+  p.kind = ParamKind::Bool;
+  p.doc = std::move(doc);
+  p.default_value = def;
+  return p;
+}
+
+// routing_topk: one warp per token, experts spread over the 32 lanes.
+FamilyInfo routing_topk_family() {
+  FamilyInfo f;
+  f.name = "routing_topk";
+  f.header = "routing/routing_topk.cuh";
+  f.doc = "router logits -> top-k expert ids and weights (softmax, sigmoid, grouped, biased)";
+  f.params = {
+      int_param("top_k", "TOPK", "experts per token", std::nullopt, 1, 32),
+      int_param("num_experts", "", "experts E (logits per token)", std::nullopt, 1, 1024),
+      derived_int("experts_per_lane", "EXPERTS_PER_LANE", "ceil(num_experts / 32)"),
+      enum_param("scoring", "SCORING", "how logits become scores", "softmax",
+                 {{"softmax", "moejit::kScoringSoftmax"},
+                  {"sigmoid", "moejit::kScoringSigmoid"},
+                  {"softmax_after_topk", "moejit::kScoringSoftmaxAfterTopk"}}),
+      bool_param("renormalize", "RENORMALIZE", "divide the selected weights by their sum", true),
+      int_param("n_group", "N_GROUP", "expert groups (grouped top-k); 1 = off", 1, 1, 64),
+      int_param("topk_group", "TOPK_GROUP", "groups kept", 1, 1, 64),
+      enum_param("logit_dtype", "LOGIT_DTYPE", "router logits element type", "bf16",
+                 {{"f32", "moejit::kLogitF32"}, {"bf16", "moejit::kLogitBF16"}, {"f16", "moejit::kLogitF16"}}),
+      derived_int("warps", "WARPS", "warps (tokens) per CTA"),
+  };
+  f.entries = {{"topk", "moejit::routing_topk_kernel", "moejit::RoutingTopkArgs"}};
+  f.derive = [](KernelSpec& s) {
+    const std::int64_t e = s.get_int("num_experts"), k = s.get_int("top_k");
+    const std::int64_t groups = s.get_int("n_group"), kept = s.get_int("topk_group");
+    if (k > e) throw Error(Phase::Validate, fmt::format("routing_topk: top_k = {} exceeds num_experts = {}", k, e));
+    if (e % groups != 0)
+      throw Error(Phase::Validate, fmt::format("routing_topk: num_experts = {} is not divisible by n_group = {}", e, groups));
+    if (kept > groups)
+      throw Error(Phase::Validate, fmt::format("routing_topk: topk_group = {} exceeds n_group = {}", kept, groups));
+    if (k > kept * (e / groups))
+      throw Error(Phase::Validate, fmt::format("routing_topk: top_k = {} exceeds the {} experts of the {} kept groups",
+                                               k, kept * (e / groups), kept));
+    if (groups > 1 && s.get_string("scoring") == "softmax_after_topk")
+      throw Error(Phase::Validate, "routing_topk: grouped top-k needs softmax or sigmoid scoring");
+    s.params["experts_per_lane"] = (e + 31) / 32;
+    s.params["warps"] = std::int64_t(4);
+  };
+  return f;
+}
+
 // routing_sort: keys per CTA = tokens_per_cta * top_k; bitonic width = next power of two.
 constexpr std::int64_t kMaxRoutingKeysPerCta = 8192;
 
@@ -105,7 +169,7 @@ void check_value(const FamilyInfo& f, const ParamDesc& p, const ParamValue& v) {
 }  // namespace
 
 const std::vector<FamilyInfo>& families() {
-  static const std::vector<FamilyInfo> kFamilies = {routing_sort_family()};
+  static const std::vector<FamilyInfo> kFamilies = {routing_topk_family(), routing_sort_family()};
   return kFamilies;
 }
 

@@ -24,7 +24,7 @@ struct ParamDesc {
   std::optional<ParamValue> default_value;  // none and not derived = required
   std::int64_t min = 0, max = 0;            // Int range, inclusive
   std::vector<std::string> choices;         // Enum values
-  std::string cpp_enum_prefix;              // Enum: rendered as prefix + value, e.g. moejit::Act::
+  std::map<std::string, std::string> enum_cpp;  // Enum: value -> C++ expression in the source
   bool derived = false;                     // computed by FamilyInfo::derive; users may not set it
 };
 

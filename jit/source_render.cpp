@@ -20,7 +20,7 @@ constexpr const char* kInstantiationTemplate =
     "template __global__ void {kernel}<{commented_args}>({args_type});\n";
 
 std::string template_value(const ParamDesc& p, const ParamValue& v) {
-  if (p.kind == ParamKind::Enum) return p.cpp_enum_prefix + std::get<std::string>(v);
+  if (p.kind == ParamKind::Enum) return p.enum_cpp.at(std::get<std::string>(v));
   return param_to_string(v);
 }
 }  // namespace

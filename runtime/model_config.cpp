@@ -40,6 +40,13 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   if (auto* v = first_of(j, {"topk_group"}); v && v->is_number_integer()) m.topk_group = v->get<int>();
   if (auto* v = first_of(j, {"routed_scaling_factor"}); v && v->is_number()) m.routed_scaling_factor = v->get<double>();
   if (auto* v = first_of(j, {"hidden_act"}); v && v->is_string()) m.activation = v->get<std::string>();
+  // Routing rules the configs imply rather than state.
+  if (m.model_type == "gpt_oss") m.scoring = "softmax_after_topk";
+  if (m.model_type.rfind("llama4", 0) == 0) {
+    m.scoring = "sigmoid";  // Llama-4: top-1 on logits, weight = sigmoid(logit)
+    m.renormalize = false;
+  }
+  parse_scoring(m.scoring);  // an unknown scoring_func is an error here, not at the first forward
   if (m.top_k > m.num_experts)
     throw Error(Phase::Validate, fmt::format("model config: top_k = {} exceeds the {} experts", m.top_k, m.num_experts));
   if (m.n_group < 1 || m.num_experts % m.n_group != 0)
@@ -64,9 +71,24 @@ std::string ModelMoeConfig::describe() const {
                      routed_scaling_factor);
 }
 
+RouterConfig ModelMoeConfig::router_config(int block_m) const {
+  RouterConfig c;
+  c.num_experts = num_experts;
+  c.top_k = top_k;
+  c.scoring = parse_scoring(scoring);
+  c.renormalize = renormalize;
+  c.n_group = n_group;
+  c.topk_group = n_group > 1 ? topk_group : 1;
+  c.routed_scaling_factor = static_cast<float>(routed_scaling_factor);
+  c.block_m = block_m;
+  return c;
+}
+
 std::vector<KernelSpec> kernel_specs_for(const ModelMoeConfig& m, const std::string& arch) {
-  // Grows with the kernel families: today the routing metadata; the GEMMs join with their issue.
-  return {complete_spec({"routing_sort", arch, {{"top_k", std::int64_t(m.top_k)}}})};
+  // Grows with the kernel families: today the routing; the expert GEMMs join with their issue.
+  const RouterConfig r = m.router_config();
+  return {routing_topk_spec(r, arch),
+          complete_spec({"routing_sort", arch, {{"top_k", std::int64_t(r.top_k)}}})};
 }
 
 }  // namespace moejit

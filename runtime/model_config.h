@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "jit/kernel_spec.h"
+#include "runtime/router.h"
 
 namespace moejit {
 
@@ -23,6 +24,9 @@ struct ModelMoeConfig {
   int n_group = 1, topk_group = 1;
   double routed_scaling_factor = 1.0;
   std::string activation = "silu";  // hidden_act
+
+  // The router this model uses (scoring rule, grouping, renormalization, scaling).
+  RouterConfig router_config(int block_m = 64) const;
 
   static ModelMoeConfig from_json(const nlohmann::json& config);  // throws Error(Validate)
   static ModelMoeConfig from_file(const std::filesystem::path& path);

@@ -17,14 +17,18 @@
 namespace moejit {
 namespace routing_sort_detail {
 
-constexpr int kPosBits = 13;                        // position inside a CTA's keys: < 8192
-constexpr unsigned int kPosMask = (1u << kPosBits) - 1;
-constexpr unsigned int kMaskedKey = 0xffffffffu;    // tail and dropped keys: expert field >= E_local
-constexpr int kScanThreads = 1024;
+// Enumerators, not constexpr variables: namespace-scope variables are emitted into the module under
+// names NVRTC derives per compile, which would make identical sources give different cubins.
+enum : unsigned int {
+  kPosBits = 13,                    // position inside a CTA's keys: < 8192
+  kPosMask = (1u << kPosBits) - 1,
+  kMaskedKey = 0xffffffffu,         // tail and dropped keys: expert field >= E_local
+  kScanThreads = 1024,
+};
 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED>
 struct Shape {
-  static constexpr int BLOCK = TOPK * TOKENS_PER_CTA;  // keys per CTA
+  enum : int { BLOCK = TOPK * TOKENS_PER_CTA };  // keys per CTA
   static_assert(TOPK >= 1 && TOKENS_PER_CTA >= 1, "TOPK and TOKENS_PER_CTA must be positive");
   static_assert((PADDED & (PADDED - 1)) == 0, "PADDED must be a power of two");
   static_assert(PADDED >= BLOCK && PADDED < 2 * BLOCK + 1, "PADDED must be next_pow2(BLOCK)");
@@ -71,7 +75,7 @@ __global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs 
 // of one row are coalesced across consecutive threads. Dynamic shared memory: 2 * 1024 + E + 40 ints.
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
 __global__ void __launch_bounds__(routing_sort_detail::kScanThreads) routing_scan_kernel(RoutingSortArgs a) {
-  constexpr int kThreads = routing_sort_detail::kScanThreads;
+  constexpr int kThreads = static_cast<int>(routing_sort_detail::kScanThreads);
   extern __shared__ int smem[];
   int* chunk_sum = smem;                      // [chunks * E]
   int* chunk_base = smem + kThreads;          // [chunks * E]

@@ -20,6 +20,20 @@ std::vector<KernelSpec> specs_for(const std::string& arch) {
   specs.push_back(make_spec("routing_sort", arch, {{"top_k", "32"}, {"tokens_per_cta", "256"}}));
   return specs;
 }
+
+// routing_topk: every scoring rule and dtype, grouped, the widest E and top_k.
+std::vector<KernelSpec> topk_specs_for(const std::string& arch) {
+  std::vector<KernelSpec> specs;
+  for (const char* scoring : {"softmax", "sigmoid", "softmax_after_topk"})
+    for (const char* dtype : {"f32", "bf16", "f16"})
+      specs.push_back(make_spec("routing_topk", arch, {{"top_k", "6"}, {"num_experts", "64"}, {"scoring", scoring},
+                                                       {"logit_dtype", dtype}}));
+  specs.push_back(make_spec("routing_topk", arch, {{"top_k", "8"}, {"num_experts", "256"}, {"scoring", "sigmoid"},
+                                                   {"n_group", "8"}, {"topk_group", "4"}}));
+  specs.push_back(make_spec("routing_topk", arch, {{"top_k", "32"}, {"num_experts", "512"}, {"renormalize", "false"}}));
+  specs.push_back(make_spec("routing_topk", arch, {{"top_k", "1"}, {"num_experts", "1"}}));
+  return specs;
+}
 }  // namespace
 
 TEST_CASE("NVRTC compiles every routing_sort specialization for sm_80, sm_90a and sm_100a") {
@@ -37,6 +51,20 @@ TEST_CASE("NVRTC compiles every routing_sort specialization for sm_80, sm_90a an
         CHECK(e.resources.registers > 0);
         CHECK(e.resources.spill_store_bytes == 0);
       }
+    }
+  }
+}
+
+TEST_CASE("NVRTC compiles every routing_topk specialization for sm_80, sm_90a and sm_100a") {
+  test::ScratchDir dir("nvrtc-topk");
+  Runtime rt(test::test_options(dir.path()));
+  for (const char* arch : {"sm_80", "sm_90a", "sm_100a"}) {
+    for (const auto& k : rt.compile_all(topk_specs_for(arch))) {
+      INFO(k->spec.to_string());
+      CHECK(k->entry->ptx.find(std::string(".target ") + arch) != std::string::npos);
+      REQUIRE(k->entries.size() == 1);
+      CHECK(k->entries[0].resources.registers > 0);
+      CHECK(k->entries[0].resources.stack_bytes == 0);  // register arrays stayed in registers
     }
   }
 }

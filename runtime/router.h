@@ -1,0 +1,75 @@
+// Router: the whole routing on the device — top-k selection from router logits (routing_topk), then
+// the metadata the expert GEMMs consume (routing_sort). One workspace, no allocation, no host
+// synchronization: route() can be captured into a CUDA graph. The modular entry (caller-given
+// topk ids) is sorter().run().
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+
+#include "runtime/routing_sort_launcher.h"
+
+namespace moejit {
+
+enum class Scoring { Softmax, Sigmoid, SoftmaxAfterTopk };
+enum class LogitType { F32, BF16, F16 };
+
+const char* scoring_name(Scoring s);    // spec spelling: softmax, sigmoid, softmax_after_topk
+Scoring parse_scoring(const std::string& name);  // also accepts HF's scoring_func values
+
+struct RouterConfig {
+  int num_experts = 0;
+  int top_k = 0;
+  Scoring scoring = Scoring::Softmax;
+  bool renormalize = true;
+  int n_group = 1;       // grouped top-k (DeepSeek): E / n_group contiguous experts per group
+  int topk_group = 1;    // groups kept
+  float routed_scaling_factor = 1.f;
+  LogitType logit_type = LogitType::BF16;
+  int block_m = 64;
+  int num_local_experts = -1;  // -1 = all local
+};
+
+// The routing_topk spec a router configuration needs on `arch` (complete; throws Error(Validate)).
+KernelSpec routing_topk_spec(const RouterConfig& config, const std::string& arch);
+
+struct RoutingResult {
+  int* topk_ids = nullptr;        // [max_tokens, top_k]
+  float* topk_weights = nullptr;  // [max_tokens, top_k]
+  RoutingSortBuffers sort;
+};
+
+class Router {
+ public:
+  Router(Runtime& runtime, RouterConfig config);  // validates; throws Error(Validate)
+  const RouterConfig& config() const { return config_; }
+  KernelSpec topk_spec(const std::string& arch) const;
+  RoutingSorter& sorter() { return sorter_; }
+
+  std::size_t workspace_bytes(int max_tokens) const;
+  RoutingResult carve(CUdeviceptr workspace, int max_tokens) const;
+  void prepare();
+
+  // logits: [num_tokens, row_stride] of config.logit_type; correction_bias: [E] fp32 or 0;
+  // expert_map: [E] int32 or 0. M = 0 is a valid no-op that still writes zero totals.
+  void route(CUstream stream, CUdeviceptr logits, long long row_stride, CUdeviceptr correction_bias,
+             CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out);
+
+ private:
+  Runtime& runtime_;
+  RouterConfig config_;
+  RoutingSorter sorter_;
+  std::shared_ptr<const Module> topk_module_;
+};
+
+// fp64 CPU reference of the top-k selection. logits: [num_tokens, num_experts]; bias empty = none.
+struct TopkReference {
+  std::vector<int> ids;
+  std::vector<double> weights;
+  std::vector<double> select;  // [num_tokens, num_experts] the selection key (for near-tie checks)
+};
+TopkReference reference_routing_topk(const std::vector<double>& logits, int num_tokens, const RouterConfig& config,
+                                     const std::vector<double>& bias);
+
+}  // namespace moejit

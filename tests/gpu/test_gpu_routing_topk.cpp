@@ -1,0 +1,185 @@
+// routing_topk + the whole Router on the GPU against the fp64 CPU reference: every scoring rule,
+// grouped top-k with correction bias, the logit types, top_k 1..32 and E up to 512, ties, M = 0,
+// expert parallelism, and a CUDA graph.
+#include <doctest/doctest.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "runtime/device_buffer.h"
+#include "runtime/router.h"
+#include "support/test_support.h"
+
+using namespace moejit;
+
+namespace {
+// Distinct logits on a 1/128 grid (a shuffled ramp of integers |k| <= 256): exact in bf16, f16 and
+// f32 and never nearly tied, so selection is comparable across precisions. Values in [-2, 2).
+std::vector<double> grid_logits(int tokens, int experts, std::mt19937& rng) {
+  std::vector<double> out(std::size_t(tokens) * experts);
+  std::vector<int> ramp(experts);
+  for (int t = 0; t < tokens; ++t) {
+    std::iota(ramp.begin(), ramp.end(), -experts / 2);
+    std::shuffle(ramp.begin(), ramp.end(), rng);
+    for (int e = 0; e < experts; ++e) out[std::size_t(t) * experts + e] = ramp[e] / 128.0;
+  }
+  return out;
+}
+
+std::vector<unsigned short> to_half_bits(const std::vector<double>& v, LogitType type) {
+  std::vector<unsigned short> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    float f = static_cast<float>(v[i]);
+    unsigned int bits;
+    std::memcpy(&bits, &f, 4);
+    if (type == LogitType::BF16) {
+      out[i] = static_cast<unsigned short>(bits >> 16);  // grid values are exact: truncation is exact
+    } else {  // f16: values on the grid are exact; build sign | exponent | mantissa
+      const unsigned sign = (bits >> 16) & 0x8000u;
+      const int exp = int((bits >> 23) & 0xff) - 127 + 15;
+      const unsigned mant = (bits >> 13) & 0x3ffu;
+      out[i] = f == 0.f ? static_cast<unsigned short>(sign) : static_cast<unsigned short>(sign | (exp << 10) | mant);
+    }
+  }
+  return out;
+}
+
+struct Case {
+  RouterConfig config;
+  int tokens;
+  bool bias = false;
+  int row_pad = 0;  // row_stride = E + row_pad
+};
+
+// "" when the device result matches the reference: ids exactly (or a near-tie swap), weights to 1e-5.
+std::string run_case(Runtime& rt, const Case& c, std::mt19937& rng) {
+  const RouterConfig& cfg = c.config;
+  const int E = cfg.num_experts, K = cfg.top_k, M = c.tokens;
+  auto logits = grid_logits(M, E, rng);
+  std::vector<double> bias;
+  if (c.bias) {
+    std::uniform_int_distribution<int> b(-8, 8);
+    for (int e = 0; e < E; ++e) bias.push_back(b(rng) / 8.0);
+  }
+  const long long stride = E + c.row_pad;
+  std::vector<double> padded(std::size_t(M) * stride, 1e3);  // padding must never be read
+  for (int t = 0; t < M; ++t)
+    for (int e = 0; e < E; ++e) padded[std::size_t(t) * stride + e] = logits[std::size_t(t) * E + e];
+  auto& api = rt.driver();
+  DeviceBuffer d_logits;
+  if (cfg.logit_type == LogitType::F32) {
+    std::vector<float> f(padded.begin(), padded.end());
+    d_logits = DeviceBuffer::from(api, f);
+  } else {
+    d_logits = DeviceBuffer::from(api, to_half_bits(padded, cfg.logit_type));
+  }
+  std::vector<float> bias_f(bias.begin(), bias.end());
+  DeviceBuffer d_bias = DeviceBuffer::from(api, bias_f);
+  Router router(rt, cfg);
+  DeviceBuffer ws(api, router.workspace_bytes(M));
+  ws.fill_u32(0x7fc00001u);  // NaN poison: unwritten weights can never pass
+  auto out = router.carve(ws.ptr(), M);
+  router.route(nullptr, d_logits.ptr(), stride, c.bias ? d_bias.ptr() : 0, 0, M, M, out);
+  auto ids = std::vector<int>(std::size_t(M) * K);
+  auto weights = std::vector<float>(std::size_t(M) * K);
+  MOEJIT_CHECK_CU(api, Launch, cuCtxSynchronize());
+  if (M > 0) {
+    MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(ids.data(), reinterpret_cast<CUdeviceptr>(out.topk_ids), ids.size() * 4));
+    MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(weights.data(), reinterpret_cast<CUdeviceptr>(out.topk_weights), weights.size() * 4));
+  }
+  auto want = reference_routing_topk(logits, M, cfg, bias);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const int t = static_cast<int>(i / K);
+    if (ids[i] != want.ids[i]) {
+      const double a = want.select[std::size_t(t) * E + want.ids[i]];
+      const double b = ids[i] >= 0 && ids[i] < E ? want.select[std::size_t(t) * E + ids[i]] : 1e30;
+      if (std::abs(a - b) > 1e-6 * std::max(1.0, std::abs(a)))
+        return fmt::format("token {} slot {}: expert {}, expected {}", t, i % K, ids[i], want.ids[i]);
+    }
+    if (!(std::abs(weights[i] - want.weights[i]) <= 1e-5 * std::max(1.0, std::abs(want.weights[i]))))
+      return fmt::format("token {} slot {}: weight {}, expected {}", t, i % K, weights[i], want.weights[i]);
+  }
+  // And the metadata built from those ids.
+  auto sorted = router.sorter().download(out.sort, M);
+  auto want_sort = reference_routing_sort(ids, M, K, E, E, {}, cfg.block_m);
+  return describe_routing_difference(want_sort, sorted);
+}
+}  // namespace
+
+TEST_CASE("routing_topk: softmax / sigmoid / softmax-after-topk, renormalize, dtypes, top_k 1..32, E to 512") {
+  test::ScratchDir dir("gpu-topk");
+  Runtime rt(test::test_options(dir.path()));
+  if (!test::gpu_or_skip(rt, "routing_topk vs reference")) return;
+  std::mt19937 rng(99);
+  int n = 0;
+  for (Scoring scoring : {Scoring::Softmax, Scoring::Sigmoid, Scoring::SoftmaxAfterTopk})
+    for (int experts : {8, 60, 64, 128, 160, 256, 384, 512})
+      for (int top_k : {1, 2, 3, 5, 6, 7, 8, 10, 16, 32}) {
+        if (top_k > experts) continue;
+        RouterConfig cfg{.num_experts = experts, .top_k = top_k, .scoring = scoring, .renormalize = (n % 2 == 0),
+                         .logit_type = n % 3 == 0 ? LogitType::F32 : n % 3 == 1 ? LogitType::BF16 : LogitType::F16};
+        for (int tokens : {1, 31, 1000}) {
+          INFO(fmt::format("{} E={} top_k={} M={} renorm={} dtype={}", scoring_name(scoring), experts, top_k, tokens,
+                           cfg.renormalize, int(cfg.logit_type)));
+          CHECK(run_case(rt, {cfg, tokens, false, n % 4 == 0 ? 3 : 0}, rng) == "");
+        }
+        ++n;
+      }
+  MESSAGE(n << " router configurations checked");
+}
+
+TEST_CASE("routing_topk: grouped top-k with correction bias and scaling (DeepSeek-V3), Llama-4 top-1, M = 0") {
+  test::ScratchDir dir("gpu-topk-grouped");
+  Runtime rt(test::test_options(dir.path()));
+  if (!test::gpu_or_skip(rt, "routing_topk grouped")) return;
+  std::mt19937 rng(3);
+  RouterConfig v3{.num_experts = 256, .top_k = 8, .scoring = Scoring::Sigmoid, .renormalize = true, .n_group = 8,
+                  .topk_group = 4, .routed_scaling_factor = 2.5f};
+  for (int tokens : {1, 64, 4096}) {
+    INFO("DeepSeek-V3 M=" << tokens);
+    CHECK(run_case(rt, {v3, tokens, true}, rng) == "");
+  }
+  RouterConfig v2 = v3;  // group max without bias (DeepSeek-V2 style), softmax
+  v2.scoring = Scoring::Softmax;
+  v2.num_experts = 160;
+  v2.n_group = 8;
+  v2.topk_group = 3;
+  v2.top_k = 6;
+  v2.routed_scaling_factor = 1.f;
+  CHECK(run_case(rt, {v2, 333, false}, rng) == "");
+  RouterConfig llama4{.num_experts = 128, .top_k = 1, .scoring = Scoring::Sigmoid, .renormalize = false};
+  CHECK(run_case(rt, {llama4, 777, false}, rng) == "");
+  CHECK(run_case(rt, {v3, 0, true}, rng) == "");
+}
+
+TEST_CASE("routing_topk: ties go to the lower expert id") {
+  test::ScratchDir dir("gpu-topk-ties");
+  Runtime rt(test::test_options(dir.path()));
+  if (!test::gpu_or_skip(rt, "routing_topk ties")) return;
+  auto& api = rt.driver();
+  const int E = 64, K = 6;
+  std::vector<float> logits(E, 0.5f);  // all equal: the answer is experts 0..5
+  logits[40] = 1.f;                    // one clear winner first
+  DeviceBuffer d = DeviceBuffer::from(api, logits);
+  Router router(rt, {.num_experts = E, .top_k = K, .logit_type = LogitType::F32});
+  DeviceBuffer ws(api, router.workspace_bytes(1));
+  auto out = router.carve(ws.ptr(), 1);
+  router.route(nullptr, d.ptr(), E, 0, 0, 1, 1, out);
+  std::vector<int> ids(K);
+  MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(ids.data(), reinterpret_cast<CUdeviceptr>(out.topk_ids), K * 4));
+  CHECK(ids == std::vector<int>{40, 0, 1, 2, 3, 4});
+}
+
+TEST_CASE("Router: bad input is a clear error before any launch") {
+  test::ScratchDir dir("router-validate");
+  Runtime rt(test::test_options(dir.path()));
+  CHECK_THROWS_WITH_AS(Router(rt, {.num_experts = 4, .top_k = 6}), doctest::Contains("exceeds num_experts"), Error);
+  CHECK_THROWS_WITH_AS(Router(rt, {.num_experts = 250, .top_k = 8, .n_group = 8}), doctest::Contains("not divisible"), Error);
+  CHECK_THROWS_WITH_AS(Router(rt, {.num_experts = 64, .top_k = 9, .n_group = 8, .topk_group = 1}),
+                       doctest::Contains("kept groups"), Error);
+  CHECK_THROWS_WITH_AS(Router(rt, {.num_experts = 2048, .top_k = 8}), doctest::Contains("num_experts"), Error);
+}
