@@ -6,6 +6,8 @@
 #include <chrono>
 #include <memory>
 #include <regex>
+#include <mutex>
+#include <shared_mutex>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -79,6 +81,11 @@ ResourceUsage parse_ptxas_resources(const std::string& log, const std::string& l
 
 namespace {
 
+// ptxas' verbose report reaches the NVRTC log of the program being compiled, but with many
+// programs compiling at once (compile_all) a program's log was seen without its own report (an H200
+// machine, 16 threads). Compiles share this lock; a compile whose report is missing repeats alone.
+std::shared_mutex g_compile_exclusive;
+
 struct ProgramDeleter {
   void operator()(nvrtcProgram* p) const {
     nvrtcDestroyProgram(p);
@@ -113,11 +120,9 @@ std::string save_failed_source(const RenderedKernel& k, const std::filesystem::p
   }
 }
 
-}  // namespace
 
-CompileOutput nvrtc_compile(const RenderedKernel& kernel, const TemplateStore& templates,
-                            const CudaHeaders& cuda, const std::filesystem::path& failed_source_dir) {
-  check_arch_supported(kernel.spec.arch);
+CompileOutput compile_once(const RenderedKernel& kernel, const TemplateStore& templates, const CudaHeaders& cuda,
+                           const std::filesystem::path& failed_source_dir) {
   auto start = std::chrono::steady_clock::now();
   CompileOutput out;
   out.options = nvrtc_options(kernel.spec.arch);
@@ -169,6 +174,25 @@ CompileOutput nvrtc_compile(const RenderedKernel& kernel, const TemplateStore& t
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+}  // namespace
+
+CompileOutput nvrtc_compile(const RenderedKernel& kernel, const TemplateStore& templates, const CudaHeaders& cuda,
+                            const std::filesystem::path& failed_source_dir) {
+  check_arch_supported(kernel.spec.arch);
+  auto report_complete = [](const CompileOutput& out) {
+    for (const auto& e : out.entries)
+      if (e.resources.registers < 0) return false;
+    return true;
+  };
+  {
+    std::shared_lock lock(g_compile_exclusive);
+    CompileOutput out = compile_once(kernel, templates, cuda, failed_source_dir);
+    if (report_complete(out)) return out;
+  }
+  std::unique_lock lock(g_compile_exclusive);
+  return compile_once(kernel, templates, cuda, failed_source_dir);
 }
 
 }  // namespace moejit

@@ -4,12 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
 #include "runtime/device_buffer.h"
 #include "runtime/model_config.h"
-#include "runtime/routing_sort_launcher.h"
+#include "runtime/router.h"
 #include "tools/cli_util.h"
 
 namespace moejit::cli {
@@ -23,40 +24,54 @@ also compiles for that GPU, runs the kernels on random routing for several token
 every output against the CPU reference (exit 2 on any mismatch).
 )";
 
-std::vector<int> random_topk_ids(int tokens, int top_k, int experts, std::mt19937& rng) {
-  std::vector<int> ids(std::size_t(tokens) * top_k);
-  std::vector<int> perm(experts);
-  std::iota(perm.begin(), perm.end(), 0);
+// Distinct logits on a 1/128 grid, exact in bf16 and never nearly tied: the fp64 reference's
+// selection is then the only right answer.
+std::vector<double> grid_logits(int tokens, int experts, std::mt19937& rng) {
+  std::vector<double> out(std::size_t(tokens) * experts);
+  std::vector<int> ramp(experts);
   for (int t = 0; t < tokens; ++t) {
-    for (int k = 0; k < top_k; ++k) {  // partial Fisher-Yates: top_k distinct experts
-      std::uniform_int_distribution<int> pick(k, experts - 1);
-      std::swap(perm[k], perm[pick(rng)]);
-      ids[std::size_t(t) * top_k + k] = perm[k];
-    }
+    std::iota(ramp.begin(), ramp.end(), -experts / 2);
+    std::shuffle(ramp.begin(), ramp.end(), rng);
+    for (int e = 0; e < experts; ++e) out[std::size_t(t) * experts + e] = ramp[e] / 128.0;
   }
-  return ids;
+  return out;
 }
 
 bool run_on_gpu(Runtime& rt, const ModelMoeConfig& model) {
   auto& dev = rt.device();
   fmt::print("\nGPU: {} (sm_{}{}, {} SMs) -> compiling for {}\n", dev.info().name, dev.info().cc_major,
              dev.info().cc_minor, dev.info().sm_count, dev.info().arch());
-  RoutingSorter sorter(rt, {.num_experts = model.num_experts, .top_k = model.top_k, .block_m = 64});
-  sorter.prepare();
+  RouterConfig config = model.router_config(64);
+  config.logit_type = LogitType::F32;
+  Router router(rt, config);
+  router.prepare();
+  auto& api = rt.driver();
   std::mt19937 rng(2026);
   bool ok = true;
+  const int E = config.num_experts, K = config.top_k;
   for (int tokens : {1, 7, 333, 4096}) {
-    auto ids = random_topk_ids(tokens, model.top_k, model.num_experts, rng);
-    DeviceBuffer d_ids = DeviceBuffer::from(rt.driver(), ids);
-    DeviceBuffer workspace(rt.driver(), sorter.workspace_bytes(tokens));
-    workspace.fill_u32(0xdeadbeefu);  // poison: every output the check reads must be written
-    auto buffers = sorter.carve(workspace.ptr(), tokens);
-    sorter.run(nullptr, d_ids.ptr(), 0, tokens, tokens, buffers);
-    auto got = sorter.download(buffers, tokens);
-    auto want = reference_routing_sort(ids, tokens, model.top_k, model.num_experts, model.num_experts, {}, 64);
-    std::string diff = describe_routing_difference(want, got);
-    fmt::print("  routing M={:<5} rows={:<6} padded={:<6} tiles={:<4} {}\n", tokens, got.routed_rows, got.padded_rows,
-               got.tiles, diff.empty() ? "PASS (matches CPU reference)" : "FAIL: " + diff);
+    auto logits = grid_logits(tokens, E, rng);
+    DeviceBuffer d_logits = DeviceBuffer::from(api, std::vector<float>(logits.begin(), logits.end()));
+    DeviceBuffer workspace(api, router.workspace_bytes(tokens));
+    workspace.fill_u32(0x7fc00001u);  // NaN poison: every output the check reads must be written
+    auto out = router.carve(workspace.ptr(), tokens);
+    router.route(nullptr, d_logits.ptr(), E, 0, 0, tokens, tokens, out);
+    auto got = router.sorter().download(out.sort, tokens);
+    std::vector<int> ids(std::size_t(tokens) * K);
+    std::vector<float> weights(ids.size());
+    MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(ids.data(), reinterpret_cast<CUdeviceptr>(out.topk_ids), ids.size() * 4));
+    MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(weights.data(), reinterpret_cast<CUdeviceptr>(out.topk_weights), ids.size() * 4));
+    auto want_topk = reference_routing_topk(logits, tokens, config, {});
+    std::string diff;
+    for (std::size_t i = 0; i < ids.size() && diff.empty(); ++i) {
+      if (ids[i] != want_topk.ids[i]) diff = fmt::format("topk id [{}] = {}, expected {}", i, ids[i], want_topk.ids[i]);
+      else if (!(std::abs(weights[i] - want_topk.weights[i]) <= 1e-5))
+        diff = fmt::format("topk weight [{}] = {}, expected {}", i, weights[i], want_topk.weights[i]);
+    }
+    if (diff.empty())
+      diff = describe_routing_difference(reference_routing_sort(want_topk.ids, tokens, K, E, E, {}, 64), got);
+    fmt::print("  routing M={:<5} top-{} rows={:<6} padded={:<6} tiles={:<4} {}\n", tokens, K, got.routed_rows,
+               got.padded_rows, got.tiles, diff.empty() ? "PASS (matches the fp64 CPU reference)" : "FAIL: " + diff);
     ok = ok && diff.empty();
   }
   return ok;
@@ -94,9 +109,13 @@ int cmd_demo(const std::vector<std::string>& argv) {
     fmt::print("{:<9} {:<8} {:<44} {:>8} {:>9.3f}  {}\n", k->cache_hit ? "cached" : "compiled", k->spec.arch,
                k->spec.to_string().substr(0, 44), k->entry->cubin.size(), k->compile_seconds, entries);
   }
-  fmt::print("\ntop_k={} x tokens_per_cta={} = {} keys per CTA -> bitonic width PADDED={} (power of two)\n",
-             model.top_k, compiled.front()->spec.get_int("tokens_per_cta"),
-             model.top_k * compiled.front()->spec.get_int("tokens_per_cta"), compiled.front()->spec.get_int("padded"));
+  for (const auto& k : compiled) {
+    if (k->spec.family != "routing_sort") continue;
+    fmt::print("\ntop_k={} x tokens_per_cta={} = {} keys per CTA -> bitonic width PADDED={} (power of two)\n",
+               model.top_k, k->spec.get_int("tokens_per_cta"), model.top_k * k->spec.get_int("tokens_per_cta"),
+               k->spec.get_int("padded"));
+    break;
+  }
   fmt::print("cache: {}\n", rt.cache().on_disk() ? rt.cache().root().string() : "in memory only");
 
   std::string why;
