@@ -98,7 +98,10 @@ void print_resources(const CompiledKernel& k) {
              "static smem", "barriers", "", "lowered name");
   for (const auto& e : k.entries) {
     const auto& r = e.resources;
-    fmt::print("{:<10} {:>9} {:>10} {:>6}/{:<6} {:>11} {:>9} {:>8}  {}\n", e.name, r.registers, r.stack_bytes,
+    // -1: ptxas' report did not reach the NVRTC log (seen on the GPU machine); the driver's report
+    // (Kernel::resources) is authoritative there.
+    const std::string regs = r.registers < 0 ? "n/a" : std::to_string(r.registers);
+    fmt::print("{:<10} {:>9} {:>10} {:>6}/{:<6} {:>11} {:>9} {:>8}  {}\n", e.name, regs, r.stack_bytes,
                r.spill_store_bytes, r.spill_load_bytes, r.static_shared_bytes, r.barriers, "", e.lowered_name);
   }
 }
