@@ -52,7 +52,23 @@ RoutingSortReference reference_routing_sort(const std::vector<int>& topk_ids, in
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <numeric>
+#include <random>
+
 namespace moejit {
+
+std::vector<double> grid_router_logits(int tokens, int experts, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<double> out(std::size_t(tokens) * experts);
+  std::vector<int> ramp(experts);
+  for (int t = 0; t < tokens; ++t) {
+    std::iota(ramp.begin(), ramp.end(), -experts / 2);
+    std::shuffle(ramp.begin(), ramp.end(), rng);
+    for (int e = 0; e < experts; ++e) out[std::size_t(t) * experts + e] = ramp[e] / 128.0;
+  }
+  return out;
+}
 
 std::string describe_routing_difference(const RoutingSortReference& want, const RoutingSortReference& got) {
   auto vec = [](const char* what, const std::vector<int>& a, const std::vector<int>& b) -> std::string {

@@ -24,6 +24,11 @@ RoutingSortReference reference_routing_sort(const std::vector<int>& topk_ids, in
 }  // namespace moejit
 
 namespace moejit {
+// Router logits for checks: per token a shuffled ramp of distinct integers (|k| <= 256) / 128, so
+// they are exact in bf16, f16 and f32 and never nearly tied: the fp64 reference's selection is the
+// only right answer. [tokens, experts], deterministic in `seed`.
+std::vector<double> grid_router_logits(int tokens, int experts, unsigned seed);
+
 // "" when equal, else a description of the first difference.
 std::string describe_routing_difference(const RoutingSortReference& expected, const RoutingSortReference& got);
 }  // namespace moejit

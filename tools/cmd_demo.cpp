@@ -24,18 +24,6 @@ also compiles for that GPU, runs the kernels on random routing for several token
 every output against the CPU reference (exit 2 on any mismatch).
 )";
 
-// Distinct logits on a 1/128 grid, exact in bf16 and never nearly tied: the fp64 reference's
-// selection is then the only right answer.
-std::vector<double> grid_logits(int tokens, int experts, std::mt19937& rng) {
-  std::vector<double> out(std::size_t(tokens) * experts);
-  std::vector<int> ramp(experts);
-  for (int t = 0; t < tokens; ++t) {
-    std::iota(ramp.begin(), ramp.end(), -experts / 2);
-    std::shuffle(ramp.begin(), ramp.end(), rng);
-    for (int e = 0; e < experts; ++e) out[std::size_t(t) * experts + e] = ramp[e] / 128.0;
-  }
-  return out;
-}
 
 bool run_on_gpu(Runtime& rt, const ModelMoeConfig& model) {
   auto& dev = rt.device();
@@ -50,7 +38,7 @@ bool run_on_gpu(Runtime& rt, const ModelMoeConfig& model) {
   bool ok = true;
   const int E = config.num_experts, K = config.top_k;
   for (int tokens : {1, 7, 333, 4096}) {
-    auto logits = grid_logits(tokens, E, rng);
+    auto logits = grid_router_logits(tokens, E, rng());
     DeviceBuffer d_logits = DeviceBuffer::from(api, std::vector<float>(logits.begin(), logits.end()));
     DeviceBuffer workspace(api, router.workspace_bytes(tokens));
     workspace.fill_u32(0x7fc00001u);  // NaN poison: every output the check reads must be written

@@ -34,6 +34,15 @@ std::vector<KernelSpec> topk_specs_for(const std::string& arch) {
   specs.push_back(make_spec("routing_topk", arch, {{"top_k", "1"}, {"num_experts", "1"}}));
   return specs;
 }
+// Copies the embedded templates into `dir` (a MOEJIT_TEMPLATE_DIR tree), appending `extra` to `target`.
+void write_template_tree(const std::filesystem::path& dir, const std::string& target, const std::string& extra) {
+  TemplateStore embedded;
+  for (const auto& path : embedded.paths()) {
+    auto file = dir / path;
+    std::filesystem::create_directories(file.parent_path());
+    write_file_synced(file, embedded.text(path) + (path == target ? extra : ""));
+  }
+}
 }  // namespace
 
 TEST_CASE("NVRTC compiles every routing_sort specialization for sm_80, sm_90a and sm_100a") {
@@ -73,14 +82,8 @@ TEST_CASE("a failing compile throws Error(Compile) with the NVRTC log, the optio
   test::ScratchDir cache("nvrtc-fail");
   test::ScratchDir templates("broken-templates");
   // A development template tree (MOEJIT_TEMPLATE_DIR) whose routing_sort has a type error.
-  TemplateStore embedded;
-  for (const auto& path : embedded.paths()) {
-    auto target = templates.path() / path;
-    std::filesystem::create_directories(target.parent_path());
-    std::string text = embedded.text(path);
-    if (path == "routing/routing_sort.cuh") text += "\nnamespace moejit { __device__ int broken = undefined_symbol_x; }\n";
-    write_file_synced(target, text);
-  }
+  write_template_tree(templates.path(), "routing/routing_sort.cuh",
+                      "\nnamespace moejit { __device__ int broken = undefined_symbol_x; }\n");
   Options o = test::test_options(cache.path());
   o.template_dir = templates.path();
   Runtime rt(o);
@@ -101,12 +104,7 @@ TEST_CASE("a failing compile throws Error(Compile) with the NVRTC log, the optio
 TEST_CASE("editing a template changes the cache key") {
   test::ScratchDir cache("tpl-edit");
   test::ScratchDir templates("edited-templates");
-  TemplateStore embedded;
-  for (const auto& path : embedded.paths()) {
-    auto target = templates.path() / path;
-    std::filesystem::create_directories(target.parent_path());
-    write_file_synced(target, embedded.text(path) + (path == "common/bitonic_sort.cuh" ? "// edited\n" : ""));
-  }
+  write_template_tree(templates.path(), "common/bitonic_sort.cuh", "// edited\n");
   Runtime plain(test::test_options(cache.path()));
   Options o = test::test_options(cache.path());
   o.template_dir = templates.path();

@@ -17,18 +17,6 @@
 using namespace moejit;
 
 namespace {
-// Distinct logits on a 1/128 grid (a shuffled ramp of integers |k| <= 256): exact in bf16, f16 and
-// f32 and never nearly tied, so selection is comparable across precisions. Values in [-2, 2).
-std::vector<double> grid_logits(int tokens, int experts, std::mt19937& rng) {
-  std::vector<double> out(std::size_t(tokens) * experts);
-  std::vector<int> ramp(experts);
-  for (int t = 0; t < tokens; ++t) {
-    std::iota(ramp.begin(), ramp.end(), -experts / 2);
-    std::shuffle(ramp.begin(), ramp.end(), rng);
-    for (int e = 0; e < experts; ++e) out[std::size_t(t) * experts + e] = ramp[e] / 128.0;
-  }
-  return out;
-}
 
 std::vector<unsigned short> to_half_bits(const std::vector<double>& v, LogitType type) {
   std::vector<unsigned short> out(v.size());
@@ -59,7 +47,7 @@ struct Case {
 std::string run_case(Runtime& rt, const Case& c, std::mt19937& rng) {
   const RouterConfig& cfg = c.config;
   const int E = cfg.num_experts, K = cfg.top_k, M = c.tokens;
-  auto logits = grid_logits(M, E, rng);
+  auto logits = grid_router_logits(M, E, rng());
   std::vector<double> bias;
   if (c.bias) {
     std::uniform_int_distribution<int> b(-8, 8);
