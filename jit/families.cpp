@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/options.h"
+#include "jit/family_builders.h"
 
 namespace moejit {
 
@@ -12,8 +13,6 @@ std::int64_t next_pow2(std::int64_t x) {
   while (p < x) p <<= 1;
   return p;
 }
-
-namespace {
 
 ParamDesc int_param(std::string name, std::string tname, std::string doc, std::optional<std::int64_t> def,
                     std::int64_t min, std::int64_t max) {
@@ -56,6 +55,8 @@ ParamDesc bool_param(std::string name, std::string tname, std::string doc, bool 
   p.default_value = def;
   return p;
 }
+
+namespace {
 
 // routing_topk: one warp per token, experts spread over the 32 lanes.
 FamilyInfo routing_topk_family() {
@@ -169,7 +170,8 @@ void check_value(const FamilyInfo& f, const ParamDesc& p, const ParamValue& v) {
 }  // namespace
 
 const std::vector<FamilyInfo>& families() {
-  static const std::vector<FamilyInfo> kFamilies = {routing_topk_family(), routing_sort_family()};
+  static const std::vector<FamilyInfo> kFamilies = {routing_topk_family(), routing_sort_family(), moe_gemm_family(),
+                                                     moe_activation_family(), moe_reduce_family()};
   return kFamilies;
 }
 

@@ -1,0 +1,119 @@
+// The MoE expert families: moe_gemm (grouped GEMM over the routing tile map, both roles),
+// moe_activation (unfused mode) and moe_reduce (top-k sum and fp32 -> dtype cast).
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "jit/family_builders.h"
+#include "jit/moe_names.h"
+#include "templates/moe/activation_kinds.cuh"
+#include "templates/moe/moe_gemm_args.cuh"
+
+namespace moejit {
+
+namespace {
+
+constexpr std::int64_t kMaxSharedBytes = 227 * 1024;  // opt-in limit of sm_90 / sm_100 (sm_80: 163 KiB)
+constexpr std::int64_t kMaxAccumulatorsPerThread = 128;
+constexpr std::int64_t kElementwiseThreads = 256;
+
+ParamDesc dtype_param() {
+  return enum_param("dtype", "DTYPE", "activation and weight element type", "bf16",
+                    {{"bf16", "moejit::kDTypeBF16"}, {"f16", "moejit::kDTypeF16"}});
+}
+
+ParamDesc activation_param(const std::string& def) {
+  std::map<std::string, std::string> values;
+  static const char* kCpp[] = {"kActNone", "kActSiluMul", "kActGeluMul", "kActGeluTanhMul", "kActSwigluOai",
+                               "kActSwigluStep", "kActSilu", "kActGelu", "kActGeluTanh", "kActRelu2"};
+  for (int code = kActNone; code <= kActRelu2; ++code)
+    values[activation_name(code)] = std::string("moejit::") + kCpp[code];
+  return enum_param("activation", "ACT", "activation (GEMM1 epilogue / activation kernel)", def, values);
+}
+
+int activation_code(const KernelSpec& s) { return parse_activation(s.get_string("activation")); }
+
+}  // namespace
+
+FamilyInfo moe_gemm_family() {
+  FamilyInfo f;
+  f.name = "moe_gemm";
+  f.header = "moe/moe_gemm_sm80.cuh";
+  f.doc = "grouped expert GEMM over the routing tile map (sm_80+ mma.sync, cp.async ring)";
+  f.params = {
+      enum_param("role", "ROLE", "gemm1 (gather + activation) or gemm2 (rows, or atomic top-k sum)", "gemm1",
+                 {{"gemm1", "moejit::kRoleGemm1"},
+                  {"gemm2_rows", "moejit::kRoleGemm2Rows"},
+                  {"gemm2_atomic", "moejit::kRoleGemm2Atomic"}}),
+      dtype_param(),
+      activation_param("silu_mul"),
+      int_param("block_m", "BLOCK_M", "tile rows (= routing block_m)", 64, 16, 256),
+      int_param("block_n", "BLOCK_N", "tile output columns", 64, 16, 256),
+      int_param("block_k", "BLOCK_K", "reduction step (32 or 64)", 64, 32, 64),
+      int_param("warps_m", "WARPS_M", "warps along M", 2, 1, 8),
+      int_param("warps_n", "WARPS_N", "warps along N", 2, 1, 8),
+      int_param("stages", "STAGES", "cp.async ring depth", 3, 2, 6),
+      derived_int("threads", "", "threads per CTA = 32 * warps_m * warps_n"),
+      derived_int("smem_bytes", "", "dynamic shared memory per CTA"),
+  };
+  f.entries = {{"gemm", "moejit::moe_gemm_kernel", "moejit::MoeGemmArgs"}};
+  f.derive = [](KernelSpec& s) {
+    const std::int64_t bm = s.get_int("block_m"), bn = s.get_int("block_n"), bk = s.get_int("block_k");
+    const std::int64_t wm = s.get_int("warps_m"), wn = s.get_int("warps_n"), stages = s.get_int("stages");
+    const int act = activation_code(s);
+    const bool gated = activation_is_gated(act);
+    if (s.get_string("role") != "gemm1" && act != kActNone)
+      throw Error(Phase::Validate, fmt::format("moe_gemm: role {} takes activation none, not {}",
+                                               s.get_string("role"), s.get_string("activation")));
+    if (bk != 32 && bk != 64) throw Error(Phase::Validate, fmt::format("moe_gemm: block_k = {} must be 32 or 64", bk));
+    if (bm % (16 * wm) != 0)
+      throw Error(Phase::Validate, fmt::format("moe_gemm: block_m = {} is not a multiple of 16 * warps_m = {}", bm, 16 * wm));
+    if (bn % (16 * wn) != 0)
+      throw Error(Phase::Validate, fmt::format("moe_gemm: block_n = {} is not a multiple of 16 * warps_n = {}", bn, 16 * wn));
+    if (wm * wn > 16) throw Error(Phase::Validate, fmt::format("moe_gemm: {} warps exceed 16", wm * wn));
+    const std::int64_t accumulators = (gated ? 2 : 1) * (bm / wm) * (bn / wn) / 32;
+    if (accumulators > kMaxAccumulatorsPerThread)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm: {} fp32 accumulators per thread (tile {}x{}{} over {}x{} warps) exceed {}: "
+                              "registers would spill",
+                              accumulators, bm, bn, gated ? " gated" : "", wm, wn, kMaxAccumulatorsPerThread));
+    const std::int64_t smem = moe_gemm_smem_bytes(int(bm), int(bn), int(bk), int(stages), gated);
+    if (smem > kMaxSharedBytes)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)", smem,
+                              kMaxSharedBytes));
+    s.params["threads"] = 32 * wm * wn;
+    s.params["smem_bytes"] = smem;
+  };
+  return f;
+}
+
+FamilyInfo moe_activation_family() {
+  FamilyInfo f;
+  f.name = "moe_activation";
+  f.header = "moe/moe_epilogue.cuh";
+  f.doc = "stand-alone activation of the unfused mode: [rows, 2N or N] -> [rows, N]";
+  f.params = {dtype_param(), activation_param("silu_mul"),
+              derived_int("threads", "THREADS", "threads per CTA")};
+  f.entries = {{"activation", "moejit::moe_activation_kernel", "moejit::MoeActivationArgs"}};
+  f.derive = [](KernelSpec& s) {
+    if (activation_code(s) == kActNone)
+      throw Error(Phase::Validate, "moe_activation: activation none has nothing to compute");
+    s.params["threads"] = kElementwiseThreads;
+  };
+  return f;
+}
+
+FamilyInfo moe_reduce_family() {
+  FamilyInfo f;
+  f.name = "moe_reduce";
+  f.header = "moe/moe_epilogue.cuh";
+  f.doc = "top-k sum of per-slot fp32 rows in slot order (deterministic), and the fp32 -> dtype cast";
+  f.params = {dtype_param(), int_param("top_k", "TOPK", "experts per token", std::nullopt, 1, 32),
+              derived_int("threads", "THREADS", "threads per CTA")};
+  f.entries = {{"reduce", "moejit::moe_reduce_kernel", "moejit::MoeReduceArgs"},
+               {"cast", "moejit::moe_cast_kernel", "moejit::MoeReduceArgs"}};
+  f.derive = [](KernelSpec& s) { s.params["threads"] = kElementwiseThreads; };
+  return f;
+}
+
+}  // namespace moejit

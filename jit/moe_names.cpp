@@ -1,0 +1,58 @@
+#include "jit/moe_names.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <utility>
+
+#include "common/error.h"
+#include "templates/common/dtype_kinds.cuh"
+#include "templates/moe/activation_kinds.cuh"
+
+namespace moejit {
+
+namespace {
+const std::pair<int, const char*> kActivations[] = {
+    {kActNone, "none"},         {kActSiluMul, "silu_mul"},   {kActGeluMul, "gelu_mul"},
+    {kActGeluTanhMul, "gelu_tanh_mul"}, {kActSwigluOai, "swigluoai"}, {kActSwigluStep, "swiglustep"},
+    {kActSilu, "silu"},         {kActGelu, "gelu"},          {kActGeluTanh, "gelu_tanh"},
+    {kActRelu2, "relu2"},
+};
+}  // namespace
+
+const char* activation_name(int code) {
+  for (const auto& [c, name] : kActivations)
+    if (c == code) return name;
+  throw Error(Phase::Validate, fmt::format("unknown activation code {}", code));
+}
+
+std::vector<std::string> activation_names() {
+  std::vector<std::string> out;
+  for (const auto& a : kActivations) out.push_back(a.second);
+  return out;
+}
+
+int parse_activation(const std::string& name) {
+  for (const auto& [c, n] : kActivations)
+    if (name == n) return c;
+  // Hugging Face hidden_act values, which mean the gated form in MoE experts.
+  if (name == "swiglu") return kActSiluMul;
+  if (name == "gelu_pytorch_tanh") return kActGeluTanhMul;
+  if (name == "relu_squared" || name == "relu2") return kActRelu2;
+  throw Error(Phase::Validate, fmt::format("unknown activation '{}' (known: {}; also swiglu, gelu_pytorch_tanh)", name,
+                                           fmt::join(activation_names(), ", ")));
+}
+
+const char* dtype_name(int code) {
+  if (code == kDTypeBF16) return "bf16";
+  if (code == kDTypeF16) return "f16";
+  throw Error(Phase::Validate, fmt::format("unknown dtype code {}", code));
+}
+
+int parse_dtype(const std::string& name) {
+  if (name == "bf16" || name == "bfloat16") return kDTypeBF16;
+  if (name == "f16" || name == "fp16" || name == "float16") return kDTypeF16;
+  throw Error(Phase::Validate, fmt::format("unknown dtype '{}' (bf16, f16)", name));
+}
+
+}  // namespace moejit

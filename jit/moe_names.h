@@ -1,0 +1,17 @@
+// Spellings of the MoE enums shared by kernel specs, MoeSpec, the CLI and model configs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace moejit {
+
+// Activation codes are MoeActivation (templates/moe/activation_kinds.cuh).
+const char* activation_name(int code);          // silu_mul, gelu_mul, gelu_tanh_mul, swigluoai, ...
+int parse_activation(const std::string& name);  // also HF spellings (silu, swiglu, gelu_pytorch_tanh); throws Error(Validate)
+std::vector<std::string> activation_names();
+// Dtype codes are MoeDType (templates/common/mma_sm80.cuh).
+const char* dtype_name(int code);               // bf16, f16
+int parse_dtype(const std::string& name);       // bf16/bfloat16, f16/fp16/float16
+
+}  // namespace moejit

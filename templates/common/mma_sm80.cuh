@@ -1,0 +1,87 @@
+// Small PTX wrappers for the sm_80+ tensor-core path: cp.async (16-byte, zero-filling), ldmatrix,
+// mma.sync m16n8k16 with fp32 accumulation, and packing fp32 pairs into bf16x2 / f16x2. Raw PTX
+// instead of cuda_bf16.h keeps NVRTC compiles fast (DESIGN.md: cold start is a feature).
+#pragma once
+
+#include "common/dtype_kinds.cuh"
+
+namespace moejit {
+namespace sm80 {
+
+__device__ inline unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Copies 16 bytes global -> shared; with valid == false nothing is read and the destination is
+// zero-filled (src-size 0), which is how rows past the end and K tails become zeros.
+__device__ inline void cp_async_16(unsigned dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 b16 matrices; lane l supplies the row address of matrix l / 8.
+__device__ inline void ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d[16x8] += a[16x16] * b[16x8], fp32 accumulators.
+template <int DTYPE>
+__device__ inline void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  if constexpr (DTYPE == kDTypeBF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// (lo, hi) -> one 32-bit word holding two 16-bit values, lo in the low half (round to nearest).
+template <int DTYPE>
+__device__ inline unsigned pack2(float lo, float hi) {
+  unsigned r;
+  if constexpr (DTYPE == kDTypeBF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+
+template <int DTYPE>
+__device__ inline float to_float(unsigned short bits) {
+  if constexpr (DTYPE == kDTypeBF16) {
+    return __uint_as_float(static_cast<unsigned>(bits) << 16);
+  } else {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+  }
+}
+
+template <int DTYPE>
+__device__ inline unsigned short from_float(float v) {
+  unsigned short r;
+  if constexpr (DTYPE == kDTypeBF16) {
+    asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(r) : "f"(v));
+  } else {
+    asm("cvt.rn.f16.f32 %0, %1;\n" : "=h"(r) : "f"(v));
+  }
+  return r;
+}
+
+}  // namespace sm80
+}  // namespace moejit

@@ -1,0 +1,96 @@
+// Stand-alone MoE stages.
+//  - moe_activation_kernel: the unfused mode's activation, between GEMM1 (no activation) and GEMM2;
+//    the same device functions as the fused epilogue, so fused and unfused agree bit for bit.
+//  - moe_reduce_kernel: out[t] = sum over slots s = 0..TOPK-1 (in that order) of rows[t*TOPK + s],
+//    fp32, skipping dropped slots. Fixed order and one thread per output element make it bitwise
+//    reproducible and independent of the batch.
+//  - moe_cast_kernel: fp32 accumulator -> DTYPE (fast mode, after the atomic GEMM2).
+// Each thread handles 4 consecutive columns (16-byte fp32 loads, 8-byte stores).
+#pragma once
+
+#include "common/mma_sm80.cuh"
+#include "moe/activations.cuh"
+#include "moe/moe_epilogue_args.cuh"
+
+namespace moejit {
+namespace moe_epilogue_detail {
+
+template <int DTYPE>
+__device__ inline void store4(void* base, long long index, const float (&v)[4]) {
+  uint2 packed;
+  packed.x = sm80::pack2<DTYPE>(v[0], v[1]);
+  packed.y = sm80::pack2<DTYPE>(v[2], v[3]);
+  *reinterpret_cast<uint2*>(static_cast<unsigned short*>(base) + index) = packed;
+}
+
+}  // namespace moe_epilogue_detail
+
+template <int DTYPE, int ACT, int THREADS>
+__global__ void __launch_bounds__(THREADS) moe_activation_kernel(const MoeActivationArgs args) {
+  constexpr bool GATED = activation_is_gated(ACT);
+  constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
+  const int rows = args.totals[1];
+  const unsigned short* in = static_cast<const unsigned short*>(args.in);
+  unsigned short* out = static_cast<unsigned short*>(args.out);
+  const long long per_row = args.n_out / 2;  // column pairs
+  const long long total = static_cast<long long>(rows) * per_row;
+  for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * THREADS) {
+    const long long row = i / per_row;
+    const int col = static_cast<int>(i % per_row) * 2;
+    if (args.gather_index[row] < 0) continue;
+    const unsigned short* x = in + row * args.ld_in;
+    float v[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int c = col + j;
+      if constexpr (GATED) {
+        const float gate = sm80::to_float<DTYPE>(x[INTERLEAVED ? 2 * c : c]);
+        const float up = sm80::to_float<DTYPE>(x[INTERLEAVED ? 2 * c + 1 : c + args.n_out]);
+        v[j] = act::gated<ACT>(gate, up, args.alpha, args.limit);
+      } else {
+        v[j] = act::single<ACT>(sm80::to_float<DTYPE>(x[c]));
+      }
+    }
+    *reinterpret_cast<unsigned*>(out + row * args.ld_out + col) = sm80::pack2<DTYPE>(v[0], v[1]);
+  }
+}
+
+template <int DTYPE, int TOPK, int THREADS>
+__global__ void __launch_bounds__(THREADS) moe_reduce_kernel(const MoeReduceArgs args) {
+  const long long quads = args.cols / 4;
+  const long long total = static_cast<long long>(args.num_tokens) * quads;
+  for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * THREADS) {
+    const long long t = i / quads;
+    const int col = static_cast<int>(i % quads) * 4;
+    float sum[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < TOPK; ++s) {
+      const long long slot = t * TOPK + s;
+      if (args.scatter_index[slot] < 0) continue;
+      const float4 r = *reinterpret_cast<const float4*>(args.in + slot * args.ld_in + col);
+      sum[0] += r.x;
+      sum[1] += r.y;
+      sum[2] += r.z;
+      sum[3] += r.w;
+    }
+    moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col, sum);
+  }
+}
+
+template <int DTYPE, int TOPK, int THREADS>
+__global__ void __launch_bounds__(THREADS) moe_cast_kernel(const MoeReduceArgs args) {
+  const long long quads = args.cols / 4;
+  const long long total = static_cast<long long>(args.num_tokens) * quads;
+  for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * THREADS) {
+    const long long t = i / quads;
+    const int col = static_cast<int>(i % quads) * 4;
+    const float4 r = *reinterpret_cast<const float4*>(args.in + t * args.ld_in + col);
+    const float v[4] = {r.x, r.y, r.z, r.w};
+    moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col, v);
+  }
+}
+
+}  // namespace moejit

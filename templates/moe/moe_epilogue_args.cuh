@@ -1,0 +1,30 @@
+// Arguments of the stand-alone MoE stages: the activation kernel (unfused mode) and the top-k sum /
+// fp32 -> DTYPE cast that end a forward. Plain C++ only: the host includes this header too.
+#pragma once
+
+namespace moejit {
+
+struct MoeActivationArgs {
+  const void* in;            // [padded rows, ld_in] DTYPE: GEMM1 output without activation
+  long long ld_in;
+  void* out;                 // [padded rows, ld_out] DTYPE: the intermediate
+  long long ld_out;
+  int n_out;                 // N; gated activations read 2N inputs per row (halves or interleaved)
+  const int* gather_index;   // [padded rows]; rows with -1 (padding) are skipped
+  const int* totals;         // routing totals: [1] = padded rows
+  int max_rows;              // host bound on padded rows (grid size)
+  float alpha;
+  float limit;
+};
+
+struct MoeReduceArgs {
+  const float* in;           // reduce: [num_tokens * TOPK, ld_in] fp32 rows; cast: [num_tokens, ld_in]
+  long long ld_in;
+  const int* scatter_index;  // [num_tokens * TOPK]; slots with -1 (dropped) contribute zero
+  void* out;                 // [num_tokens, ld_out] DTYPE
+  long long ld_out;
+  int num_tokens;
+  int cols;                  // K, a multiple of 4
+};
+
+}  // namespace moejit
