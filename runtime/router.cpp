@@ -42,7 +42,7 @@ Router::Router(Runtime& runtime, RouterConfig c)
     : runtime_(runtime),
       config_(c),
       sorter_(runtime, {.num_experts = c.num_experts, .top_k = c.top_k, .block_m = c.block_m,
-                        .num_local_experts = c.num_local_experts}) {
+                        .num_local_experts = c.num_local_experts, .min_block_m = c.min_block_m}) {
   MOEJIT_REQUIRE(std::isfinite(c.routed_scaling_factor), "routing: routed_scaling_factor must be finite");
   topk_spec("sm_80");  // validates grouping, top_k against the selectable experts, ...
 }
@@ -81,7 +81,7 @@ void Router::prepare() {
 }
 
 void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CUdeviceptr correction_bias,
-                   CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out) {
+                   CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m) {
   const std::size_t elem = config_.logit_type == LogitType::F32 ? 4 : 2;
   MOEJIT_REQUIRE(num_tokens >= 0 && num_tokens <= max_tokens, "routing: num_tokens = {} must be in [0, {}]",
                  num_tokens, max_tokens);
@@ -105,7 +105,8 @@ void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CU
     const unsigned warps = 4;  // the spec's derived "warps"
     topk_module_->kernel("topk").launch(stream, {unsigned((num_tokens + warps - 1) / warps), 1, 1, warps * 32, 1, 1, 0}, a);
   }
-  sorter_.run(stream, reinterpret_cast<CUdeviceptr>(out.topk_ids), expert_map, num_tokens, max_tokens, out.sort);
+  sorter_.run(stream, reinterpret_cast<CUdeviceptr>(out.topk_ids), expert_map, num_tokens, max_tokens, out.sort,
+              block_m);
 }
 
 TopkReference reference_routing_topk(const std::vector<double>& logits, int num_tokens, const RouterConfig& c,

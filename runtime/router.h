@@ -28,6 +28,7 @@ struct RouterConfig {
   float routed_scaling_factor = 1.f;
   LogitType logit_type = LogitType::BF16;
   int block_m = 64;
+  int min_block_m = 0;         // smallest block_m route() may ask for; 0 = block_m
   int num_local_experts = -1;  // -1 = all local
 };
 
@@ -46,6 +47,7 @@ class Router {
   const RouterConfig& config() const { return config_; }
   KernelSpec topk_spec(const std::string& arch) const;
   RoutingSorter& sorter() { return sorter_; }
+  const RoutingSorter& sorter() const { return sorter_; }
 
   std::size_t workspace_bytes(int max_tokens) const;
   RoutingResult carve(CUdeviceptr workspace, int max_tokens) const;
@@ -54,7 +56,7 @@ class Router {
   // logits: [num_tokens, row_stride] of config.logit_type; correction_bias: [E] fp32 or 0;
   // expert_map: [E] int32 or 0. M = 0 is a valid no-op that still writes zero totals.
   void route(CUstream stream, CUdeviceptr logits, long long row_stride, CUdeviceptr correction_bias,
-             CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out);
+             CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m = 0);
 
  private:
   Runtime& runtime_;

@@ -19,6 +19,9 @@ RoutingSorter::RoutingSorter(Runtime& runtime, RoutingSortConfig c) : runtime_(r
   MOEJIT_REQUIRE(c.top_k <= c.num_experts, "routing: top_k = {} exceeds num_experts = {}", c.top_k, c.num_experts);
   MOEJIT_REQUIRE(c.block_m >= 1 && c.block_m <= 1024, "routing: block_m = {} must be in [1, 1024]", c.block_m);
   if (config_.num_local_experts < 0) config_.num_local_experts = c.num_experts;
+  if (config_.min_block_m == 0) config_.min_block_m = c.block_m;
+  MOEJIT_REQUIRE(config_.min_block_m >= 1 && config_.min_block_m <= c.block_m,
+                 "routing: min_block_m = {} must be in [1, block_m = {}]", config_.min_block_m, c.block_m);
   MOEJIT_REQUIRE(config_.num_local_experts >= 1 && config_.num_local_experts <= c.num_experts,
                  "routing: num_local_experts = {} must be in [1, num_experts = {}]", config_.num_local_experts,
                  c.num_experts);
@@ -38,7 +41,9 @@ std::size_t RoutingSorter::gather_capacity(int max_tokens) const {
   return ceil_div(rows, config_.block_m) * config_.block_m;
 }
 
-std::size_t RoutingSorter::max_tiles(int max_tokens) const { return gather_capacity(max_tokens) / config_.block_m; }
+std::size_t RoutingSorter::max_tiles(int max_tokens) const {
+  return ceil_div(gather_capacity(max_tokens), config_.min_block_m);
+}
 
 RoutingSortBuffers RoutingSorter::layout(CUdeviceptr workspace, int max_tokens, std::size_t* total_bytes) const {
   MOEJIT_REQUIRE(max_tokens >= 0, "routing: max_tokens = {} is negative", max_tokens);
@@ -83,7 +88,11 @@ void RoutingSorter::prepare() {
 }
 
 void RoutingSorter::run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr expert_map, int num_tokens,
-                        int max_tokens, const RoutingSortBuffers& b) {
+                        int max_tokens, const RoutingSortBuffers& b, int block_m) {
+  if (block_m == 0) block_m = config_.block_m;
+  MOEJIT_REQUIRE(block_m >= config_.min_block_m && block_m <= config_.block_m,
+                 "routing: block_m = {} must be in [{}, {}] (the range the workspace was sized for)", block_m,
+                 config_.min_block_m, config_.block_m);
   MOEJIT_REQUIRE(num_tokens >= 0 && num_tokens <= max_tokens,
                  "routing: num_tokens = {} must be in [0, max_tokens = {}]", num_tokens, max_tokens);
   MOEJIT_REQUIRE(num_tokens == 0 || topk_ids != 0, "routing: topk_ids is null");
@@ -98,7 +107,7 @@ void RoutingSorter::run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr exper
   a.num_tokens = num_tokens;
   a.num_experts = config_.num_experts;
   a.num_local_experts = config_.num_local_experts;
-  a.block_m = config_.block_m;
+  a.block_m = block_m;
   a.num_ctas = static_cast<int>(ceil_div(std::size_t(num_tokens), config_.tokens_per_cta));
   a.cta_counts = b.cta_counts;
   a.expert_counts = b.expert_counts;
@@ -141,7 +150,9 @@ RoutingSortReference RoutingSorter::download(const RoutingSortBuffers& b, int nu
   r.expert_counts = read(b.expert_counts, e);
   r.expert_offsets = read(b.expert_offsets, e + 1);
   r.padded_offsets = read(b.padded_offsets, e + 1);
-  MOEJIT_REQUIRE(r.padded_rows >= 0 && r.tiles >= 0 && std::size_t(r.tiles) * config_.block_m == std::size_t(r.padded_rows),
+  // Every tile has the same block_m (the run's), so padded rows are a whole number of tiles.
+  MOEJIT_REQUIRE(r.padded_rows >= 0 && r.tiles >= 0 && (r.tiles == 0) == (r.padded_rows == 0) &&
+                     (r.tiles == 0 || r.padded_rows % r.tiles == 0) && std::size_t(r.tiles) <= max_tiles(num_tokens),
                  "routing: device totals are inconsistent (padded rows {}, tiles {})", r.padded_rows, r.tiles);
   r.gather_index = read(b.gather_index, r.padded_rows);
   r.scatter_index = read(b.scatter_index, std::size_t(num_tokens) * config_.top_k);

@@ -23,6 +23,7 @@ struct RoutingSortConfig {
   int block_m = 64;            // GEMM tile rows each expert is padded to
   int num_local_experts = -1;  // -1 = E (no expert parallelism); else expert_map is required
   int tokens_per_cta = 32;
+  int min_block_m = 0;         // smallest block_m a run may ask for (tile map capacity); 0 = block_m
 };
 
 // Device pointers into the workspace; valid counts are in `totals` (device memory).
@@ -59,8 +60,10 @@ class RoutingSorter {
   // Copies the outputs of a finished run back (synchronizes the context): for tests and the demo.
   RoutingSortReference download(const RoutingSortBuffers& buffers, int num_tokens) const;
 
+  // block_m (0 = the config's) pads each expert to a smaller tile for this run, within
+  // [min_block_m, block_m]: the capacities were sized for that range.
   void run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr expert_map, int num_tokens, int max_tokens,
-           const RoutingSortBuffers& buffers);
+           const RoutingSortBuffers& buffers, int block_m = 0);
 
  private:
   RoutingSortBuffers layout(CUdeviceptr workspace, int max_tokens, std::size_t* total_bytes) const;

@@ -1,0 +1,65 @@
+#include "autotune/moe_heuristic.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace moejit {
+
+namespace {
+// Buckets of rows per local expert, upper bounds inclusive; the last is open.
+constexpr int kBucketRows[] = {16, 32, 64};
+
+int rows_per_expert(const MoeSpec& spec, long long num_tokens) {
+  const long long rows = num_tokens * spec.top_k;
+  return static_cast<int>((rows + spec.local_experts() - 1) / spec.local_experts());
+}
+}  // namespace
+
+std::string MoeTileConfig::describe() const {
+  auto tile = [](const GemmTile& t) {
+    return fmt::format("bn{} bk{} w{}x{} s{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages);
+  };
+  return fmt::format("bm{} gemm1[{}] gemm2[{}]", block_m, tile(gemm1), tile(gemm2));
+}
+
+MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens) {
+  // GEMM1 with a gated activation carries gate and up accumulators: half the columns per tile.
+  const bool gemm1_gated = spec.fused && activation_is_gated(spec.activation);
+  const int wide = 128, gemm1_n = gemm1_gated ? 64 : wide;
+  const int rows = rows_per_expert(spec, std::max(num_tokens, 1));
+  MoeTileConfig c;
+  if (rows <= kBucketRows[0]) {
+    c.block_m = 16;
+    c.gemm1 = {gemm1_n, 64, 1, 4, 4};
+    c.gemm2 = {wide, 64, 1, 4, 4};
+  } else if (rows <= kBucketRows[1]) {
+    c.block_m = 32;
+    c.gemm1 = {gemm1_n, 64, 1, 4, 4};
+    c.gemm2 = {wide, 64, 1, 4, 4};
+  } else if (rows <= kBucketRows[2]) {
+    c.block_m = 64;
+    c.gemm1 = {gemm1_n, 64, 2, 2, 3};
+    c.gemm2 = {wide, 64, 2, 2, 3};
+  } else {
+    c.block_m = 128;
+    c.gemm1 = {gemm1_n, 64, 4, 2, 3};
+    c.gemm2 = {wide, 64, 4, 2, 3};
+  }
+  return c;
+}
+
+std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens) {
+  // The first token count of every bucket, plus both ends.
+  std::vector<long long> counts = {1, std::max(max_tokens, 1)};
+  for (int bound : kBucketRows) counts.push_back(static_cast<long long>(bound) * spec.local_experts() / spec.top_k + 1);
+  std::vector<MoeTileConfig> out;
+  for (long long m : counts) {
+    if (m < 1 || m > std::max(max_tokens, 1)) continue;
+    const MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(m));
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace moejit

@@ -1,0 +1,39 @@
+// Tile configurations of the MoE expert GEMMs and the heuristic that picks one by batch size. The
+// tuner (later) replaces the heuristic per shape; the heuristic stays its fallback and never fails.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/moe_spec.h"
+
+namespace moejit {
+
+struct GemmTile {
+  int block_n = 64;
+  int block_k = 64;
+  int warps_m = 2;
+  int warps_n = 2;
+  int stages = 3;
+  bool operator==(const GemmTile&) const = default;
+};
+
+struct MoeTileConfig {
+  int block_m = 64;  // shared by both GEMMs: the routing pads each expert's rows to it
+  GemmTile gemm1;
+  GemmTile gemm2;
+  bool operator==(const MoeTileConfig&) const = default;
+  std::string describe() const;  // "bm64 g1[bn64 bk64 w2x2 s3] g2[...]"
+};
+
+// Bounds of block_m over every config: the routing workspace is sized for them.
+constexpr int kMoeMinBlockM = 16;
+constexpr int kMoeMaxBlockM = 128;
+
+// Picks by rows per local expert (num_tokens * top_k / local experts): small tiles that keep every
+// SM streaming weights for decode, 128-row tiles for prefill.
+MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens);
+// Every config the heuristic returns for 1 <= num_tokens <= max_tokens (for eager compiles).
+std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens);
+
+}  // namespace moejit

@@ -1,0 +1,190 @@
+#include "runtime/moe_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "common/error.h"
+#include "common/half_float.h"
+
+namespace moejit {
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// v[i] = round_to_dtype(scale * U(-1, 1)), reproducible from (seed, i) whatever the thread count.
+void fill_uniform(std::vector<float>& v, std::size_t count, std::uint64_t seed, double scale, int dtype) {
+  v.resize(count);
+  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < threads; ++w)
+    pool.emplace_back([&, w] {
+      for (std::size_t i = w; i < count; i += threads) {
+        const double u = double(splitmix64(seed * 0x100000001b3ull + i) >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+        const float f = static_cast<float>(scale * u);
+        v[i] = dtype < 0 ? f : half_bits_to_float(float_to_half_bits(f, dtype), dtype);
+      }
+    });
+  for (auto& t : pool) t.join();
+}
+
+std::vector<std::uint16_t> to_bits(const std::vector<float>& v, int dtype) {
+  std::vector<std::uint16_t> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = float_to_half_bits(v[i], dtype);
+  return out;
+}
+
+}  // namespace
+
+MoeProblem::MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std::size_t workspace_bytes,
+                       std::uint64_t seed)
+    : api_(api), spec_(spec), max_tokens_(max_tokens), workspace_bytes_(workspace_bytes) {
+  spec_.validate();
+  MOEJIT_REQUIRE(max_tokens >= 0, "moe problem: max_tokens = {} is negative", max_tokens);
+  const std::size_t M = max_tokens, K = spec.hidden, N = spec.intermediate, R = spec.w1_rows();
+  const std::size_t E = spec.num_experts, EL = spec.local_experts(), k = spec.top_k;
+  const int dt = spec.dtype;
+  fill_uniform(host_.hidden, M * K, seed + 1, 1.0, dt);
+  fill_uniform(host_.w1, EL * R * K, seed + 2, std::sqrt(3.0 / K), dt);
+  fill_uniform(host_.w2, EL * K * N, seed + 3, std::sqrt(3.0 / N), dt);
+  if (spec.has_bias) {
+    fill_uniform(host_.b1, EL * R, seed + 4, 0.5, -1);
+    fill_uniform(host_.b2, EL * K, seed + 5, 0.5, -1);
+  }
+  std::vector<float> logit_values;
+  const int logit_dtype = spec.logit_dtype == LogitType::F32 ? -1 : spec.logit_dtype == LogitType::BF16 ? 0 : 1;
+  fill_uniform(logit_values, M * E, seed + 6, 2.0, logit_dtype);
+
+  std::mt19937_64 rng(seed + 7);
+  gen_ids_.resize(M * k);
+  gen_weights_.resize(M * k);
+  std::vector<int> perm(E);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::uniform_real_distribution<float> weight(0.05f, 1.0f);
+  for (std::size_t t = 0; t < M; ++t) {
+    for (std::size_t s = 0; s < k; ++s) std::swap(perm[s], perm[s + rng() % (E - s)]);  // partial shuffle
+    for (std::size_t s = 0; s < k; ++s) {
+      gen_ids_[t * k + s] = perm[s];
+      gen_weights_[t * k + s] = weight(rng);
+    }
+  }
+  if (EL < E) {  // a random EL of the E experts are local, numbered in a shuffled order
+    std::vector<int> order(E);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    host_.expert_map.assign(E, -1);
+    for (std::size_t i = 0; i < EL; ++i) host_.expert_map[order[i]] = static_cast<int>(i);
+  }
+
+  hidden = DeviceBuffer::from(api, to_bits(host_.hidden, dt));
+  w1 = DeviceBuffer::from(api, to_bits(host_.w1, dt));
+  w2 = DeviceBuffer::from(api, to_bits(host_.w2, dt));
+  if (spec.has_bias) {
+    b1 = DeviceBuffer::from(api, host_.b1);
+    b2 = DeviceBuffer::from(api, host_.b2);
+  }
+  logits = logit_dtype < 0 ? DeviceBuffer::from(api, logit_values) : DeviceBuffer::from(api, to_bits(logit_values, logit_dtype));
+  topk_ids = DeviceBuffer::from(api, gen_ids_);
+  topk_weights = DeviceBuffer::from(api, gen_weights_);
+  if (!host_.expert_map.empty()) expert_map = DeviceBuffer::from(api, host_.expert_map);
+  out = DeviceBuffer(api, std::max<std::size_t>(M * K * 2, 16));
+  workspace = DeviceBuffer(api, std::max<std::size_t>(workspace_bytes, 256));
+}
+
+MoeForwardArgs MoeProblem::args(int m, bool modular) const {
+  MOEJIT_REQUIRE(m >= 0 && m <= max_tokens_, "moe problem: {} tokens, at most {}", m, max_tokens_);
+  const ScalarType dt = spec_.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16;
+  const ScalarType lt = spec_.logit_dtype == LogitType::F32    ? ScalarType::F32
+                        : spec_.logit_dtype == LogitType::BF16 ? ScalarType::BF16
+                                                               : ScalarType::F16;
+  const std::int64_t K = spec_.hidden, N = spec_.intermediate, R = spec_.w1_rows(), E = spec_.num_experts;
+  const std::int64_t EL = spec_.local_experts(), k = spec_.top_k;
+  MoeForwardArgs a;
+  a.hidden = TensorView::contiguous(hidden.ptr(), dt, {m, K});
+  if (modular) {
+    a.topk_ids = TensorView::contiguous(topk_ids.ptr(), ScalarType::I32, {m, k});
+    a.topk_weights = TensorView::contiguous(topk_weights.ptr(), ScalarType::F32, {m, k});
+  } else {
+    a.router_logits = TensorView::contiguous(logits.ptr(), lt, {m, E});
+  }
+  if (expert_map.ptr()) a.expert_map = TensorView::contiguous(expert_map.ptr(), ScalarType::I32, {E});
+  a.w1 = TensorView::contiguous(w1.ptr(), dt, {EL, R, K});
+  a.w2 = TensorView::contiguous(w2.ptr(), dt, {EL, K, N});
+  if (spec_.has_bias) {
+    a.b1 = TensorView::contiguous(b1.ptr(), ScalarType::F32, {EL, R});
+    a.b2 = TensorView::contiguous(b2.ptr(), ScalarType::F32, {EL, K});
+  }
+  a.out = TensorView::contiguous(out.ptr(), dt, {m, K});
+  a.workspace = workspace.ptr();
+  a.workspace_size = workspace.bytes();
+  return a;
+}
+
+void MoeProblem::poison() {
+  out.fill_u32(0x7fc07fc0u);        // bf16 NaN pairs (f16: a NaN as well)
+  workspace.fill_u32(0x7fc07fc0u);  // fp32 NaN; the routing rewrites what it uses
+}
+
+std::vector<std::uint16_t> MoeProblem::output_bits(int m) const {
+  return out.to_vector<std::uint16_t>(std::size_t(m) * spec_.hidden);
+}
+
+std::vector<float> MoeProblem::output(int m) const {
+  const auto bits = output_bits(m);
+  std::vector<float> v(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) v[i] = half_bits_to_float(bits[i], spec_.dtype);
+  return v;
+}
+
+void MoeProblem::fetch_routing(const MoeLayer& layer, int m) {
+  const RoutingResult r = layer.routing_result(args(m, false));
+  const std::size_t n = std::size_t(m) * spec_.top_k;
+  MOEJIT_CHECK_CU(api_, Launch, cuCtxSynchronize());
+  host_.topk_ids.assign(std::max<std::size_t>(n, 1), 0);
+  host_.topk_weights.assign(std::max<std::size_t>(n, 1), 0.f);
+  if (n) {
+    MOEJIT_CHECK_CU(api_, Launch, cuMemcpyDtoH(host_.topk_ids.data(), reinterpret_cast<CUdeviceptr>(r.topk_ids), n * 4));
+    MOEJIT_CHECK_CU(api_, Launch,
+                    cuMemcpyDtoH(host_.topk_weights.data(), reinterpret_cast<CUdeviceptr>(r.topk_weights), n * 4));
+  }
+}
+
+void MoeProblem::use_generated_topk() {
+  host_.topk_ids = gen_ids_;
+  host_.topk_weights = gen_weights_;
+}
+
+double MoeProblem::relative_error(const std::vector<float>& got, const std::vector<int>& tokens) const {
+  const auto ref = reference_moe(spec_, host_, tokens);
+  const std::size_t K = spec_.hidden;
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    for (std::size_t c = 0; c < K; ++c) {
+      const double g = got[std::size_t(tokens[i]) * K + c], r = ref[i * K + c];
+      if (!std::isfinite(g)) return std::nan("");
+      diff += (g - r) * (g - r);
+      norm += r * r;
+    }
+  return norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+}
+
+std::vector<int> MoeProblem::sample_tokens(int m, int max_checked) {
+  std::vector<int> out;
+  if (m <= max_checked) {
+    out.resize(m);
+    std::iota(out.begin(), out.end(), 0);
+    return out;
+  }
+  for (int i = 0; i < max_checked; ++i) out.push_back(static_cast<int>((long long)i * (m - 1) / (max_checked - 1)));
+  return out;
+}
+
+}  // namespace moejit

@@ -1,0 +1,273 @@
+#include "runtime/moe_layer.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "jit/families.h"
+#include "jit/moe_names.h"
+#include "runtime/runtime.h"
+#include "templates/moe/moe_epilogue_args.cuh"
+#include "templates/moe/moe_gemm_args.cuh"
+
+namespace moejit {
+
+namespace {
+constexpr std::size_t kAlign = 256;
+constexpr unsigned kMaxGridY = 65535;
+constexpr long long kMaxElementwiseBlocks = 1 << 16;  // grid-stride beyond this
+std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
+
+RouterConfig layer_router_config(const MoeSpec& spec) {
+  spec.validate();
+  RouterConfig c = spec.router_config();
+  c.block_m = kMoeMaxBlockM;  // workspace capacity for every tile config
+  c.min_block_m = kMoeMinBlockM;
+  return c;
+}
+
+unsigned elementwise_blocks(long long work_items, int threads) {
+  return static_cast<unsigned>(std::clamp<long long>((work_items + threads - 1) / threads, 1, kMaxElementwiseBlocks));
+}
+}  // namespace
+
+struct MoeLayer::Kernels {
+  MoeTileConfig config;
+  std::vector<std::shared_ptr<const Module>> modules;  // keep the functions alive
+  const Kernel* gemm1 = nullptr;
+  const Kernel* gemm2 = nullptr;
+  const Kernel* reduce = nullptr;
+  const Kernel* cast = nullptr;
+  const Kernel* activation = nullptr;  // unfused only
+  unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
+};
+
+struct MoeLayer::Workspace {
+  RoutingResult routing;
+  std::size_t max_rows = 0;
+  CUdeviceptr gemm1_out = 0;     // unfused only
+  CUdeviceptr intermediate = 0;
+  CUdeviceptr slots = 0;         // fp32: [M, K] accumulator (fast) or [M * top_k, K] rows
+  std::size_t total = 0;
+};
+
+MoeLayer::MoeLayer(Runtime& runtime, MoeSpec spec)
+    : runtime_(runtime), spec_(spec), router_(runtime, layer_router_config(spec)) {
+  kernel_specs(tile_config(1), "sm_80");  // completes (validates) the specs of one config now
+}
+
+MoeLayer::~MoeLayer() = default;
+
+MoeTileConfig MoeLayer::tile_config(int num_tokens) const { return heuristic_tile_config(spec_, num_tokens); }
+
+std::vector<KernelSpec> MoeLayer::kernel_specs(const MoeTileConfig& c, const std::string& arch) const {
+  const std::string dtype = dtype_name(spec_.dtype);
+  auto gemm = [&](const char* role, int act, const GemmTile& t) {
+    return complete_spec({"moe_gemm", arch,
+                          {{"role", std::string(role)},
+                           {"dtype", dtype},
+                           {"activation", std::string(activation_name(act))},
+                           {"block_m", std::int64_t(c.block_m)},
+                           {"block_n", std::int64_t(t.block_n)},
+                           {"block_k", std::int64_t(t.block_k)},
+                           {"warps_m", std::int64_t(t.warps_m)},
+                           {"warps_n", std::int64_t(t.warps_n)},
+                           {"stages", std::int64_t(t.stages)}}});
+  };
+  const bool atomic = spec_.fused && spec_.reduce == ReduceMode::Fast;
+  std::vector<KernelSpec> specs = {
+      gemm("gemm1", spec_.fused ? spec_.activation : kActNone, c.gemm1),
+      gemm(atomic ? "gemm2_atomic" : "gemm2_rows", kActNone, c.gemm2),
+      complete_spec({"moe_reduce", arch, {{"dtype", dtype}, {"top_k", std::int64_t(spec_.top_k)}}}),
+  };
+  if (!spec_.fused)
+    specs.push_back(complete_spec(
+        {"moe_activation", arch, {{"dtype", dtype}, {"activation", std::string(activation_name(spec_.activation))}}}));
+  return specs;
+}
+
+std::vector<KernelSpec> MoeLayer::kernel_specs_up_to(int max_tokens, const std::string& arch) const {
+  std::vector<KernelSpec> out = {router_.topk_spec(arch), router_.sorter().spec(arch)};
+  for (const auto& config : heuristic_tile_configs(spec_, max_tokens))
+    for (auto& s : kernel_specs(config, arch))
+      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
+  return out;
+}
+
+void MoeLayer::prepare(int max_tokens) {
+  MOEJIT_REQUIRE(max_tokens >= 1, "moe: prepare(max_tokens = {}) needs max_tokens >= 1", max_tokens);
+  runtime_.compile_all(kernel_specs_up_to(max_tokens, runtime_.device_arch()));
+  router_.prepare();
+  for (const auto& config : heuristic_tile_configs(spec_, max_tokens)) kernels_for(config);
+}
+
+const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
+  const std::string key = config.describe();
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = kernels_.find(key);
+  if (it != kernels_.end()) return *it->second;
+  const auto specs = kernel_specs(config, runtime_.device_arch());
+  runtime_.compile_all(specs);
+  auto k = std::make_unique<Kernels>();
+  k->config = config;
+  for (const auto& s : specs) k->modules.push_back(runtime_.load(s));
+  k->gemm1 = &k->modules[0]->kernel("gemm");
+  k->gemm2 = &k->modules[1]->kernel("gemm");
+  k->reduce = &k->modules[2]->kernel("reduce");
+  k->cast = &k->modules[2]->kernel("cast");
+  if (!spec_.fused) k->activation = &k->modules[3]->kernel("activation");
+  k->gemm1_threads = unsigned(specs[0].get_int("threads"));
+  k->gemm1_smem = unsigned(specs[0].get_int("smem_bytes"));
+  k->gemm2_threads = unsigned(specs[1].get_int("threads"));
+  k->gemm2_smem = unsigned(specs[1].get_int("smem_bytes"));
+  k->elementwise_threads = unsigned(specs[2].get_int("threads"));
+  log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), key);
+  return *kernels_.emplace(key, std::move(k)).first->second;
+}
+
+MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
+  Workspace w;
+  std::size_t offset = align_up(router_.workspace_bytes(m));
+  if (args.workspace != 0) w.routing = router_.carve(args.workspace, m);
+  w.max_rows = router_.sorter().gather_capacity(m);
+  auto take = [&](CUdeviceptr& field, std::size_t bytes) {
+    field = args.workspace ? args.workspace + offset : 0;
+    offset += align_up(std::max<std::size_t>(bytes, 1));
+  };
+  const std::size_t elem = 2, K = spec_.hidden, N = spec_.intermediate, M = std::size_t(m);
+  if (!spec_.fused) take(w.gemm1_out, w.max_rows * spec_.w1_rows() * elem);
+  take(w.intermediate, w.max_rows * N * elem);
+  const bool accumulator = spec_.fused && spec_.reduce == ReduceMode::Fast;
+  take(w.slots, (accumulator ? M : M * spec_.top_k) * K * sizeof(float));
+  w.total = offset;
+  return w;
+}
+
+std::size_t MoeLayer::workspace_bytes(int num_tokens) const {
+  MOEJIT_REQUIRE(num_tokens >= 0, "moe: workspace_bytes(num_tokens = {}) is negative", num_tokens);
+  return carve(MoeForwardArgs{}, num_tokens).total;
+}
+
+void MoeLayer::forward(CUstream stream, const MoeForwardArgs& args, const MoeStageHooks* hooks) {
+  validate(args);
+  MOEJIT_REQUIRE(hooks == nullptr || !spec_.fused,
+                 "moe: stage hooks need the unfused mode (MoeSpec::fused = false); the fused layer has no stages");
+  const int m = static_cast<int>(args.hidden.shape[0]);
+  if (m == 0) return;  // nothing to route or compute; out has no rows
+  const MoeTileConfig config = tile_config(m);
+  const Kernels& k = kernels_for(config);
+  const Workspace w = carve(args, m);
+  const int bm = config.block_m;
+  const long long max_tiles =
+      (static_cast<long long>(m) * spec_.top_k + static_cast<long long>(spec_.local_experts()) * (bm - 1) + bm - 1) / bm;
+  MOEJIT_REQUIRE(max_tiles <= kMaxGridY, "moe: {} row tiles of {} exceed the grid limit {}; use fewer tokens per call",
+                 max_tiles, bm, kMaxGridY);
+
+  // Routing: metadata for this call's block_m.
+  const CUdeviceptr expert_map = args.expert_map.given() ? args.expert_map.data : 0;
+  const float* topk_weights = nullptr;
+  if (args.router_logits.given()) {
+    router_.route(stream, args.router_logits.data, args.router_logits.strides[0],
+                  args.correction_bias.given() ? args.correction_bias.data : 0, expert_map, m, m, w.routing, bm);
+    topk_weights = w.routing.topk_weights;
+  } else {
+    router_.sorter().run(stream, args.topk_ids.data, expert_map, m, m, w.routing.sort, bm);
+    topk_weights = reinterpret_cast<const float*>(args.topk_weights.data);
+  }
+  const RoutingSortBuffers& sort = w.routing.sort;
+  MoeStageBuffers stage{m, w.max_rows, w.gemm1_out, w.intermediate, w.slots, sort.gather_index, sort.scatter_index,
+                        sort.totals};
+
+  // GEMM1: fused -> activation in the epilogue; unfused -> raw [rows, W1 rows], then the activation.
+  MoeGemmArgs g{};
+  g.a = reinterpret_cast<const void*>(args.hidden.data);
+  g.lda = args.hidden.strides[0];
+  g.b = reinterpret_cast<const void*>(args.w1.data);
+  g.b_expert_stride = args.w1.strides[0];
+  g.ldb = args.w1.strides[1];
+  g.bias = spec_.has_bias ? reinterpret_cast<const float*>(args.b1.data) : nullptr;
+  g.bias_expert_stride = spec_.has_bias ? args.b1.strides[0] : 0;
+  g.n_out = spec_.fused ? spec_.intermediate : spec_.w1_rows();
+  g.c = reinterpret_cast<void*>(spec_.fused ? w.intermediate : w.gemm1_out);
+  g.ldc = g.n_out;
+  g.inner = spec_.hidden;
+  g.up_row_offset = spec_.intermediate;
+  g.top_k = spec_.top_k;
+  g.gather_index = sort.gather_index;
+  g.tile_expert = sort.tile_expert;
+  g.totals = sort.totals;
+  g.topk_weights = topk_weights;
+  g.weight_on_input = spec_.router_weight_on_input ? 1 : 0;
+  g.weight_on_output = spec_.router_weight_on_input ? 0 : 1;
+  g.alpha = spec_.swiglu_alpha;
+  g.limit = spec_.swiglu_limit;
+  auto grid_x = [](int cols, int block_n) { return unsigned((cols + block_n - 1) / block_n); };
+  k.gemm1->launch(stream, {grid_x(g.n_out, config.gemm1.block_n), unsigned(max_tiles), 1, k.gemm1_threads, 1, 1,
+                           k.gemm1_smem}, g);
+  if (!spec_.fused) {
+    if (hooks && hooks->after_gemm1) hooks->after_gemm1(stream, stage);
+    MoeActivationArgs a{};
+    a.in = reinterpret_cast<const void*>(w.gemm1_out);
+    a.ld_in = spec_.w1_rows();
+    a.out = reinterpret_cast<void*>(w.intermediate);
+    a.ld_out = spec_.intermediate;
+    a.n_out = spec_.intermediate;
+    a.gather_index = sort.gather_index;
+    a.totals = sort.totals;
+    a.max_rows = static_cast<int>(max_tiles * bm);
+    a.alpha = spec_.swiglu_alpha;
+    a.limit = spec_.swiglu_limit;
+    const unsigned t = k.elementwise_threads;
+    k.activation->launch(stream, {elementwise_blocks(max_tiles * bm * spec_.intermediate / 2, t), 1, 1, t, 1, 1, 0}, a);
+    if (hooks && hooks->after_activation) hooks->after_activation(stream, stage);
+  }
+
+  // GEMM2 and the top-k reduction.
+  const bool atomic = spec_.fused && spec_.reduce == ReduceMode::Fast;
+  auto& api = runtime_.driver();
+  if (atomic)
+    MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.slots, 0, std::size_t(m) * spec_.hidden, stream));
+  g.a = reinterpret_cast<const void*>(w.intermediate);
+  g.lda = spec_.intermediate;
+  g.b = reinterpret_cast<const void*>(args.w2.data);
+  g.b_expert_stride = args.w2.strides[0];
+  g.ldb = args.w2.strides[1];
+  g.bias = spec_.has_bias ? reinterpret_cast<const float*>(args.b2.data) : nullptr;
+  g.bias_expert_stride = spec_.has_bias ? args.b2.strides[0] : 0;
+  g.n_out = spec_.hidden;
+  g.c = reinterpret_cast<void*>(w.slots);
+  g.ldc = spec_.hidden;
+  g.inner = spec_.intermediate;
+  k.gemm2->launch(stream, {grid_x(g.n_out, config.gemm2.block_n), unsigned(max_tiles), 1, k.gemm2_threads, 1, 1,
+                           k.gemm2_smem}, g);
+  if (!spec_.fused && hooks && hooks->after_gemm2) hooks->after_gemm2(stream, stage);
+  MoeReduceArgs r{};
+  r.in = reinterpret_cast<const float*>(w.slots);
+  r.ld_in = spec_.hidden;
+  r.scatter_index = sort.scatter_index;
+  r.out = reinterpret_cast<void*>(args.out.data);
+  r.ld_out = args.out.strides[0];
+  r.num_tokens = m;
+  r.cols = spec_.hidden;
+  const unsigned t = k.elementwise_threads;
+  const unsigned blocks = elementwise_blocks(static_cast<long long>(m) * spec_.hidden / 4, t);
+  (atomic ? k.cast : k.reduce)->launch(stream, {blocks, 1, 1, t, 1, 1, 0}, r);
+}
+
+RoutingResult MoeLayer::routing_result(const MoeForwardArgs& args) const {
+  MOEJIT_REQUIRE(args.workspace != 0, "moe: routing_result needs the forward's workspace");
+  return carve(args, static_cast<int>(args.hidden.shape[0])).routing;
+}
+
+int MoeLayer::routing_error_flags(const MoeForwardArgs& args) {
+  const int m = static_cast<int>(args.hidden.shape[0]);
+  const Workspace w = carve(args, m);
+  auto& api = runtime_.driver();
+  MOEJIT_CHECK_CU(api, Launch, cuCtxSynchronize());
+  int flags = 0;
+  MOEJIT_CHECK_CU(api, Launch,
+                  cuMemcpyDtoH(&flags, reinterpret_cast<CUdeviceptr>(w.routing.sort.error_flags), sizeof(int)));
+  return flags;
+}
+
+}  // namespace moejit

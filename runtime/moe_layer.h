@@ -1,0 +1,105 @@
+// MoeLayer: the fused-experts MoE layer on the caller's stream.
+//   routing (router logits -> top-k -> metadata, or caller-given top-k ids/weights -> metadata)
+//   -> GEMM1 (gather X rows, x W1[e]^T, bias, activation) -> intermediate
+//   -> GEMM2 (x W2[e]^T, bias, x router weight) -> top-k reduction into out [M, K].
+// forward() allocates nothing, never synchronizes the host and is CUDA-graph capturable; every
+// tensor is checked (dtype, shape, strides, alignment, null) before the first launch.
+#pragma once
+
+#include <cuda.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "autotune/moe_heuristic.h"
+#include "jit/kernel_spec.h"
+#include "runtime/moe_spec.h"
+#include "runtime/router.h"
+#include "runtime/tensor_view.h"
+
+namespace moejit {
+
+class Runtime;
+class Module;
+
+struct MoeForwardArgs {
+  TensorView hidden;           // [M, K] dtype; rows 16-byte aligned
+  // Monolithic: router logits in (and optionally the grouped top-k correction bias).
+  TensorView router_logits;    // [M, E] logit dtype
+  TensorView correction_bias;  // [E] f32, optional
+  // Modular: the caller's top-k.
+  TensorView topk_ids;         // [M, top_k] i32, contiguous
+  TensorView topk_weights;     // [M, top_k] f32, contiguous
+  TensorView expert_map;       // [E] i32 global -> local (-1 = remote); required when E_local < E
+  TensorView w1;               // [E_local, W1 rows, K] dtype (W1 rows = 2N gated, else N)
+  TensorView w2;               // [E_local, K, N] dtype
+  TensorView b1;               // [E_local, W1 rows] f32 (spec.has_bias)
+  TensorView b2;               // [E_local, K] f32 (spec.has_bias)
+  TensorView out;              // [M, K] dtype
+  CUdeviceptr workspace = 0;   // 256-byte aligned, >= workspace_bytes(M)
+  std::size_t workspace_size = 0;
+};
+
+// Intermediate buffers the unfused mode exposes between its stages (device pointers).
+struct MoeStageBuffers {
+  int num_tokens = 0;
+  std::size_t max_rows = 0;         // capacity of the padded-row buffers
+  CUdeviceptr gemm1_out = 0;        // [max_rows, W1 rows] dtype: GEMM1 without activation
+  CUdeviceptr intermediate = 0;     // [max_rows, N] dtype: after the activation
+  CUdeviceptr slot_rows = 0;        // [M * top_k, K] f32: GEMM2 rows, weighted, before the top-k sum
+  const int* gather_index = nullptr;   // [max_rows] padded row -> token * top_k + slot, -1 = padding
+  const int* scatter_index = nullptr;  // [M * top_k] -> padded row, -1 = dropped
+  const int* totals = nullptr;         // device: routed rows, padded rows, tiles
+};
+
+// Injection points of the unfused mode (e.g. LoRA deltas): called on the host in stage order, with
+// the stream to enqueue work on; each may modify the named buffer in place.
+struct MoeStageHooks {
+  std::function<void(CUstream, const MoeStageBuffers&)> after_gemm1;
+  std::function<void(CUstream, const MoeStageBuffers&)> after_activation;
+  std::function<void(CUstream, const MoeStageBuffers&)> after_gemm2;
+};
+
+class MoeLayer {
+ public:
+  MoeLayer(Runtime& runtime, MoeSpec spec);  // validates; throws Error(Validate)
+  ~MoeLayer();
+  MoeLayer(const MoeLayer&) = delete;
+  MoeLayer& operator=(const MoeLayer&) = delete;
+
+  const MoeSpec& spec() const { return spec_; }
+  std::size_t workspace_bytes(int num_tokens) const;
+  MoeTileConfig tile_config(int num_tokens) const;  // heuristic today; tuned DB later
+  // Every kernel a forward with `config` launches, for `arch`.
+  std::vector<KernelSpec> kernel_specs(const MoeTileConfig& config, const std::string& arch) const;
+  // Every kernel forward() may need for 1..max_tokens tokens (for eager compiles in CI and prepare).
+  std::vector<KernelSpec> kernel_specs_up_to(int max_tokens, const std::string& arch) const;
+  // Compiles (in parallel) and loads every kernel for up to max_tokens tokens.
+  void prepare(int max_tokens);
+
+  void forward(CUstream stream, const MoeForwardArgs& args, const MoeStageHooks* hooks = nullptr);
+  // Where the routing of a forward with `args` lives in its workspace (top-k ids and weights of the
+  // monolithic forward, metadata); for tests and debugging.
+  RoutingResult routing_result(const MoeForwardArgs& args) const;
+  // Bits of RoutingErrorFlags the last routing raised (synchronizes; for tests and debugging).
+  int routing_error_flags(const MoeForwardArgs& args);
+
+ private:
+  struct Kernels;
+  struct Workspace;
+  Workspace carve(const MoeForwardArgs& args, int num_tokens) const;
+  const Kernels& kernels_for(const MoeTileConfig& config);
+  void validate(const MoeForwardArgs& args) const;
+
+  Runtime& runtime_;
+  MoeSpec spec_;
+  Router router_;
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<Kernels>> kernels_;  // by config description
+};
+
+}  // namespace moejit

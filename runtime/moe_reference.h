@@ -1,0 +1,29 @@
+// fp64 CPU reference of the MoE layer (after routing): for each selected token,
+// out = sum over its top-k slots of weight * (act(x W1[e]^T + b1) W2[e]^T + b2), with the router
+// weight on the input instead when the spec says so. Inputs are the values the GPU sees (already
+// rounded to bf16/f16), held as floats (exact for 16-bit values); all arithmetic is fp64.
+#pragma once
+
+#include <vector>
+
+#include "runtime/moe_spec.h"
+
+namespace moejit {
+
+struct MoeHostTensors {
+  std::vector<float> hidden;         // [M, K]
+  std::vector<float> w1;             // [E_local, W1 rows, K]
+  std::vector<float> w2;             // [E_local, K, N]
+  std::vector<float> b1, b2;         // [E_local, W1 rows], [E_local, K]; empty = no bias
+  std::vector<int> topk_ids;         // [M, top_k] global expert ids
+  std::vector<float> topk_weights;   // [M, top_k]
+  std::vector<int> expert_map;       // [E] global -> local, -1 = remote; empty = identity
+};
+
+double reference_activation_gated(MoeActivation act, double gate, double up, double alpha, double limit);
+double reference_activation_single(MoeActivation act, double x);
+
+// Output rows [tokens.size(), K] for the listed tokens (threads over tokens).
+std::vector<double> reference_moe(const MoeSpec& spec, const MoeHostTensors& t, const std::vector<int>& tokens);
+
+}  // namespace moejit

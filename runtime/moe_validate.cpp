@@ -1,0 +1,136 @@
+// Checks of everything forward() is given, before any launch: which tensors, their dtypes, shapes,
+// strides, alignment and null pointers, and the workspace size. One clear Error(Validate) each.
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "runtime/moe_layer.h"
+
+namespace moejit {
+
+const char* scalar_type_name(ScalarType t) {
+  switch (t) {
+    case ScalarType::BF16: return "bf16";
+    case ScalarType::F16: return "f16";
+    case ScalarType::F32: return "f32";
+    case ScalarType::I32: return "i32";
+  }
+  return "?";
+}
+
+std::size_t scalar_type_size(ScalarType t) { return (t == ScalarType::BF16 || t == ScalarType::F16) ? 2 : 4; }
+
+TensorView TensorView::contiguous(CUdeviceptr data, ScalarType dtype, std::initializer_list<std::int64_t> shape) {
+  MOEJIT_REQUIRE(shape.size() >= 1 && shape.size() <= std::size_t(kMaxRank), "tensor view: rank {} must be in [1, {}]",
+                 shape.size(), kMaxRank);
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = static_cast<int>(shape.size());
+  int i = 0;
+  for (auto s : shape) v.shape[i++] = s;
+  std::int64_t stride = 1;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    v.strides[d] = stride;
+    stride *= v.shape[d];
+  }
+  return v;
+}
+
+TensorView TensorView::rows(CUdeviceptr data, ScalarType dtype, std::int64_t count, std::int64_t cols,
+                            std::int64_t row_stride) {
+  TensorView v = contiguous(data, dtype, {count, cols});
+  v.strides[0] = row_stride;
+  return v;
+}
+
+std::string TensorView::describe() const {
+  if (!given()) return "(not given)";
+  std::string shape_text, stride_text;
+  for (int d = 0; d < rank; ++d) {
+    shape_text += fmt::format("{}{}", d ? ", " : "", shape[d]);
+    stride_text += fmt::format("{}{}", d ? ", " : "", strides[d]);
+  }
+  return fmt::format("{}[{}] strides [{}] at 0x{:x}", scalar_type_name(dtype), shape_text, stride_text, data);
+}
+
+namespace {
+
+ScalarType scalar_of(MoeDType d) { return d == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16; }
+ScalarType scalar_of(LogitType t) {
+  return t == LogitType::F32 ? ScalarType::F32 : t == LogitType::BF16 ? ScalarType::BF16 : ScalarType::F16;
+}
+
+// Checks a tensor: given, dtype, exact shape (-1 = any), innermost stride 1, every other stride at
+// least the extent it spans (no overlap), byte alignment of the pointer and of the row strides.
+void check_tensor(const char* name, const TensorView& v, ScalarType dtype, std::initializer_list<std::int64_t> shape,
+                  std::size_t align_bytes) {
+  MOEJIT_REQUIRE(v.given(), "moe: {} is required but was not given", name);
+  const std::string what = fmt::format("moe: {} {}", name, v.describe());
+  MOEJIT_REQUIRE(v.dtype == dtype, "{}: dtype must be {}", what, scalar_type_name(dtype));
+  MOEJIT_REQUIRE(v.rank == int(shape.size()), "{}: rank must be {}", what, shape.size());
+  int d = 0;
+  for (auto want : shape) {
+    MOEJIT_REQUIRE(v.shape[d] >= 0, "{}: negative extent", what);
+    MOEJIT_REQUIRE(want < 0 || v.shape[d] == want, "{}: dimension {} must be {}", what, d, want);
+    ++d;
+  }
+  MOEJIT_REQUIRE(v.strides[v.rank - 1] == 1, "{}: the innermost dimension must be contiguous (stride 1)", what);
+  std::int64_t span = v.shape[v.rank - 1];
+  for (int i = v.rank - 2; i >= 0; --i) {
+    MOEJIT_REQUIRE(v.strides[i] >= span, "{}: stride {} of dimension {} overlaps the {} elements inside it", what,
+                   v.strides[i], i, span);
+    MOEJIT_REQUIRE(v.strides[i] * scalar_type_size(dtype) % align_bytes == 0,
+                   "{}: stride of dimension {} must be a multiple of {} bytes", what, i, align_bytes);
+    span = v.strides[i] * v.shape[i];
+  }
+  bool empty = false;
+  for (int i = 0; i < v.rank; ++i) empty = empty || v.shape[i] == 0;
+  MOEJIT_REQUIRE(empty || v.data != 0, "{}: null pointer", what);
+  MOEJIT_REQUIRE(v.data % align_bytes == 0, "{}: pointer must be {}-byte aligned", what, align_bytes);
+}
+
+}  // namespace
+
+void MoeLayer::validate(const MoeForwardArgs& a) const {
+  const MoeSpec& s = spec_;
+  const ScalarType dt = scalar_of(s.dtype);
+  const std::int64_t K = s.hidden, N = s.intermediate, E = s.num_experts, EL = s.local_experts(), k = s.top_k;
+  // 16-byte rows: cp.async copies 16 bytes; out is written 8 bytes (4 elements) at a time.
+  check_tensor("hidden", a.hidden, dt, {-1, K}, 16);
+  const std::int64_t m = a.hidden.shape[0];
+  MOEJIT_REQUIRE(m * k < (std::int64_t(1) << 31), "moe: num_tokens * top_k = {} exceeds int32 indexing", m * k);
+  check_tensor("out", a.out, dt, {m, K}, 8);
+  check_tensor("w1", a.w1, dt, {EL, s.w1_rows(), K}, 16);
+  check_tensor("w2", a.w2, dt, {EL, K, N}, 16);
+  if (s.has_bias) {
+    check_tensor("b1", a.b1, ScalarType::F32, {EL, s.w1_rows()}, 4);
+    check_tensor("b2", a.b2, ScalarType::F32, {EL, K}, 4);
+  } else {
+    MOEJIT_REQUIRE(!a.b1.given() && !a.b2.given(), "moe: biases were given but the spec says has_bias = false");
+  }
+  const bool logits = a.router_logits.given();
+  const bool modular = a.topk_ids.given() || a.topk_weights.given();
+  MOEJIT_REQUIRE(logits != modular,
+                 "moe: give either router_logits (monolithic forward) or topk_ids + topk_weights (modular), not {}",
+                 logits ? "both" : "neither");
+  if (logits) {
+    check_tensor("router_logits", a.router_logits, scalar_of(s.logit_dtype), {m, E}, scalar_type_size(scalar_of(s.logit_dtype)));
+    if (a.correction_bias.given()) check_tensor("correction_bias", a.correction_bias, ScalarType::F32, {E}, 4);
+  } else {
+    check_tensor("topk_ids", a.topk_ids, ScalarType::I32, {m, k}, 4);
+    check_tensor("topk_weights", a.topk_weights, ScalarType::F32, {m, k}, 4);
+    MOEJIT_REQUIRE(a.topk_ids.strides[0] == k && a.topk_weights.strides[0] == k,
+                   "moe: topk_ids and topk_weights must be contiguous [num_tokens, top_k]");
+    MOEJIT_REQUIRE(!a.correction_bias.given(), "moe: correction_bias only applies to router logits");
+  }
+  if (EL < E) check_tensor("expert_map", a.expert_map, ScalarType::I32, {E}, 4);
+  else if (a.expert_map.given()) check_tensor("expert_map", a.expert_map, ScalarType::I32, {E}, 4);
+  if (m > 0) {
+    const std::size_t need = workspace_bytes(static_cast<int>(m));
+    MOEJIT_REQUIRE(a.workspace != 0 && a.workspace % 256 == 0, "moe: workspace must be non-null and 256-byte aligned");
+    MOEJIT_REQUIRE(a.workspace_size >= need, "moe: workspace of {} bytes is smaller than the {} bytes {} tokens need",
+                   a.workspace_size, need, m);
+  }
+}
+
+}  // namespace moejit

@@ -1,0 +1,36 @@
+// A non-owning view of a device tensor: pointer, element type, shape and strides (in elements).
+// The MoE layer checks every view it is given before launching anything.
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+namespace moejit {
+
+enum class ScalarType { BF16, F16, F32, I32 };
+
+const char* scalar_type_name(ScalarType t);
+std::size_t scalar_type_size(ScalarType t);
+
+struct TensorView {
+  static constexpr int kMaxRank = 3;
+  CUdeviceptr data = 0;
+  ScalarType dtype = ScalarType::BF16;
+  int rank = 0;  // 0 = not given
+  std::array<std::int64_t, kMaxRank> shape{};
+  std::array<std::int64_t, kMaxRank> strides{};
+
+  bool given() const { return rank > 0; }
+  // Row-major contiguous view.
+  static TensorView contiguous(CUdeviceptr data, ScalarType dtype, std::initializer_list<std::int64_t> shape);
+  // Same, with an explicit stride (elements) between rows of the first dimension (rank 2).
+  static TensorView rows(CUdeviceptr data, ScalarType dtype, std::int64_t count, std::int64_t cols,
+                         std::int64_t row_stride);
+  std::string describe() const;  // "bf16[64, 2048] strides [2048, 1]"
+};
+
+}  // namespace moejit

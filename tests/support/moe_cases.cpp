@@ -1,0 +1,113 @@
+#include "support/moe_cases.h"
+
+#include <fmt/format.h>
+
+#include "jit/moe_names.h"
+
+namespace moejit::test {
+
+namespace {
+const std::vector<int> kModelTokens = {1, 7, 64, 333, 4096};
+}
+
+std::vector<MoeCase> moe_matrix_cases() {
+  std::vector<MoeCase> out;
+  for (int act = kActSiluMul; act <= kActRelu2; ++act)
+    for (MoeDType dtype : {kDTypeBF16, kDTypeF16})
+      for (int variant = 0; variant < 16; ++variant) {
+        MoeSpec s;
+        s.num_experts = 8;
+        s.top_k = 2;
+        s.hidden = 192;
+        s.intermediate = 80;
+        s.activation = static_cast<MoeActivation>(act);
+        s.dtype = dtype;
+        s.has_bias = variant & 1;
+        s.router_weight_on_input = variant & 2;
+        s.fused = !(variant & 4);
+        s.reduce = (variant & 8) ? ReduceMode::Deterministic : ReduceMode::Fast;
+        out.push_back({fmt::format("matrix {}", s.describe()), s, {64}});
+      }
+  return out;
+}
+
+std::vector<MoeCase> moe_model_cases() {
+  std::vector<MoeCase> out;
+  MoeSpec mixtral;  // Mixtral-8x7B with K and N reduced 4x
+  mixtral.num_experts = 8;
+  mixtral.top_k = 2;
+  mixtral.hidden = 1024;
+  mixtral.intermediate = 3584;
+  out.push_back({"mixtral (reduced)", mixtral, kModelTokens});
+
+  MoeSpec qwen3;  // Qwen3-30B-A3B
+  qwen3.num_experts = 128;
+  qwen3.top_k = 8;
+  qwen3.hidden = 2048;
+  qwen3.intermediate = 768;
+  out.push_back({"qwen3-moe", qwen3, kModelTokens});
+
+  MoeSpec gpt_oss;  // gpt-oss-20b experts in bf16: swigluoai, biases, softmax after top-k
+  gpt_oss.num_experts = 32;
+  gpt_oss.top_k = 4;
+  gpt_oss.hidden = 2880;
+  gpt_oss.intermediate = 2880;
+  gpt_oss.activation = kActSwigluOai;
+  gpt_oss.has_bias = true;
+  gpt_oss.scoring = Scoring::SoftmaxAfterTopk;
+  out.push_back({"gpt-oss-20b", gpt_oss, kModelTokens});
+
+  MoeSpec dsv2_lite;  // DeepSeek-V2-Lite: top_k 6, no renormalization
+  dsv2_lite.num_experts = 64;
+  dsv2_lite.top_k = 6;
+  dsv2_lite.hidden = 2048;
+  dsv2_lite.intermediate = 1408;
+  dsv2_lite.renormalize = false;
+  out.push_back({"deepseek-v2-lite", dsv2_lite, kModelTokens});
+
+  MoeSpec odd;  // nothing a power of two or a multiple of a tile
+  odd.num_experts = 60;
+  odd.top_k = 3;
+  odd.hidden = 200;
+  odd.intermediate = 72;
+  odd.activation = kActGeluMul;
+  out.push_back({"odd (E=60 top_k=3 K=200 N=72)", odd, kModelTokens});
+  return out;
+}
+
+std::vector<MoeCase> moe_mode_cases() {
+  std::vector<MoeCase> out;
+  MoeSpec ep;  // half the experts remote; grouped sigmoid routing as DeepSeek-V3 (reduced)
+  ep.num_experts = 64;
+  ep.top_k = 8;
+  ep.hidden = 512;
+  ep.intermediate = 256;
+  ep.num_local_experts = 32;
+  ep.scoring = Scoring::Sigmoid;
+  ep.n_group = 8;
+  ep.topk_group = 4;
+  ep.routed_scaling_factor = 2.5f;
+  for (ReduceMode r : {ReduceMode::Fast, ReduceMode::Deterministic}) {
+    ep.reduce = r;
+    out.push_back({fmt::format("expert parallel {}", ep.describe()), ep, {1, 64, 1000}});
+  }
+  MoeSpec det;  // determinism and batching: every tile config from M=1 to M=4096
+  det.num_experts = 16;
+  det.top_k = 4;
+  det.hidden = 256;
+  det.intermediate = 192;
+  det.reduce = ReduceMode::Deterministic;
+  out.push_back({"deterministic", det, {1, 4096}});
+  MoeSpec llama4 = det;  // top-1 sigmoid, weight on input
+  llama4.top_k = 1;
+  llama4.scoring = Scoring::Sigmoid;
+  llama4.router_weight_on_input = true;
+  llama4.reduce = ReduceMode::Fast;
+  out.push_back({"llama-4 style", llama4, {1, 333}});
+  MoeSpec unfused = det;
+  unfused.fused = false;
+  out.push_back({"unfused hooks", unfused, {64}});
+  return out;
+}
+
+}  // namespace moejit::test

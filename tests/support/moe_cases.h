@@ -1,0 +1,26 @@
+// The MoE layers the GPU tests run, in one place, so the CPU tests can compile every kernel those
+// tests launch (CI has no GPU but must compile every specialization).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/moe_spec.h"
+
+namespace moejit::test {
+
+struct MoeCase {
+  std::string name;
+  MoeSpec spec;
+  std::vector<int> token_counts;  // forwards the test runs
+};
+
+// Small layer (E=8, top_k=2, K=192, N=80: tails in K and N) in every combination of activation x
+// dtype x bias x router weight position x fused/unfused x fast/deterministic.
+std::vector<MoeCase> moe_matrix_cases();
+// Model-shaped layers: reduced Mixtral, Qwen3-MoE, gpt-oss-20b, DeepSeek-V2-Lite, an odd one.
+std::vector<MoeCase> moe_model_cases();
+// Expert parallelism, determinism, graphs, hooks.
+std::vector<MoeCase> moe_mode_cases();
+
+}  // namespace moejit::test
