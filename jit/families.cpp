@@ -171,7 +171,8 @@ void check_value(const FamilyInfo& f, const ParamDesc& p, const ParamValue& v) {
 
 const std::vector<FamilyInfo>& families() {
   static const std::vector<FamilyInfo> kFamilies = {routing_topk_family(), routing_sort_family(), moe_gemm_family(),
-                                                     moe_activation_family(), moe_reduce_family()};
+                                                     moe_activation_family(), moe_reduce_family(),
+                                                     fill_random_family()};
   return kFamilies;
 }
 

@@ -116,4 +116,15 @@ FamilyInfo moe_reduce_family() {
   return f;
 }
 
+FamilyInfo fill_random_family() {
+  FamilyInfo f;
+  f.name = "fill_random";
+  f.header = "common/fill_random.cuh";
+  f.doc = "device-side uniform random fill (benchmark and tuning buffers)";
+  f.params = {enum_param("type", "OUT_TYPE", "element type written", "bf16",
+                         {{"bf16", "moejit::kFillBF16"}, {"f16", "moejit::kFillF16"}, {"f32", "moejit::kFillF32"}})};
+  f.entries = {{"fill", "moejit::fill_random_kernel", "moejit::FillRandomArgs"}};
+  return f;
+}
+
 }  // namespace moejit

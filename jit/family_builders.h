@@ -21,5 +21,6 @@ ParamDesc bool_param(std::string name, std::string tname, std::string doc, bool 
 FamilyInfo moe_gemm_family();        // families_moe.cpp
 FamilyInfo moe_activation_family();
 FamilyInfo moe_reduce_family();
+FamilyInfo fill_random_family();
 
 }  // namespace moejit

@@ -35,11 +35,7 @@ std::vector<std::string> activation_names() {
 int parse_activation(const std::string& name) {
   for (const auto& [c, n] : kActivations)
     if (name == n) return c;
-  // Hugging Face hidden_act values, which mean the gated form in MoE experts.
-  if (name == "swiglu") return kActSiluMul;
-  if (name == "gelu_pytorch_tanh") return kActGeluTanhMul;
-  if (name == "relu_squared" || name == "relu2") return kActRelu2;
-  throw Error(Phase::Validate, fmt::format("unknown activation '{}' (known: {}; also swiglu, gelu_pytorch_tanh)", name,
+  throw Error(Phase::Validate, fmt::format("unknown activation '{}' (known: {})", name,
                                            fmt::join(activation_names(), ", ")));
 }
 

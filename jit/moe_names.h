@@ -8,7 +8,7 @@ namespace moejit {
 
 // Activation codes are MoeActivation (templates/moe/activation_kinds.cuh).
 const char* activation_name(int code);          // silu_mul, gelu_mul, gelu_tanh_mul, swigluoai, ...
-int parse_activation(const std::string& name);  // also HF spellings (silu, swiglu, gelu_pytorch_tanh); throws Error(Validate)
+int parse_activation(const std::string& name);  // throws Error(Validate) listing the known names
 std::vector<std::string> activation_names();
 // Dtype codes are MoeDType (templates/common/mma_sm80.cuh).
 const char* dtype_name(int code);               // bf16, f16

@@ -3,6 +3,8 @@
 #include "common/error.h"
 #include "common/files.h"
 #include "jit/families.h"
+#include "jit/moe_names.h"
+#include "runtime/moe_layer.h"
 
 namespace moejit {
 
@@ -22,6 +24,15 @@ int required_int(const nlohmann::json& j, std::initializer_list<const char*> nam
     throw Error(Phase::Validate, fmt::format("model config field {} must be a positive integer", list.front()));
   return v->get<int>();
 }
+// hidden_act names the gate's function; MoE experts are gated (x W_gate, x W_up) unless the model
+// says otherwise, so "silu" means silu_mul here.
+std::string expert_activation(const std::string& hidden_act) {
+  if (hidden_act == "silu" || hidden_act == "swiglu" || hidden_act == "swish") return "silu_mul";
+  if (hidden_act == "gelu") return "gelu_mul";
+  if (hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu_new" || hidden_act == "gelu_fast") return "gelu_tanh_mul";
+  if (hidden_act == "relu2" || hidden_act == "relu_squared") return "relu2";
+  return activation_name(parse_activation(hidden_act));  // our own spellings; else a clear error
+}
 }  // namespace
 
 ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
@@ -39,14 +50,20 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   if (auto* v = first_of(j, {"n_group"}); v && v->is_number_integer()) m.n_group = v->get<int>();
   if (auto* v = first_of(j, {"topk_group"}); v && v->is_number_integer()) m.topk_group = v->get<int>();
   if (auto* v = first_of(j, {"routed_scaling_factor"}); v && v->is_number()) m.routed_scaling_factor = v->get<double>();
-  if (auto* v = first_of(j, {"hidden_act"}); v && v->is_string()) m.activation = v->get<std::string>();
+  if (auto* v = first_of(j, {"hidden_act"}); v && v->is_string()) m.activation = expert_activation(v->get<std::string>());
   // Routing rules the configs imply rather than state.
-  if (m.model_type == "gpt_oss") m.scoring = "softmax_after_topk";
+  if (m.model_type == "gpt_oss") {
+    m.scoring = "softmax_after_topk";
+    m.activation = "swigluoai";  // gate/up interleaved, alpha 1.702, limit 7
+    m.expert_bias = true;
+  }
   if (m.model_type.rfind("llama4", 0) == 0) {
     m.scoring = "sigmoid";  // Llama-4: top-1 on logits, weight = sigmoid(logit)
     m.renormalize = false;
+    m.weight_on_input = true;
   }
-  parse_scoring(m.scoring);  // an unknown scoring_func is an error here, not at the first forward
+  parse_scoring(m.scoring);  // an unknown scoring_func or activation is an error here, not at the first forward
+  parse_activation(m.activation);
   if (m.top_k > m.num_experts)
     throw Error(Phase::Validate, fmt::format("model config: top_k = {} exceeds the {} experts", m.top_k, m.num_experts));
   if (m.n_group < 1 || m.num_experts % m.n_group != 0)
@@ -84,11 +101,27 @@ RouterConfig ModelMoeConfig::router_config(int block_m) const {
   return c;
 }
 
-std::vector<KernelSpec> kernel_specs_for(const ModelMoeConfig& m, const std::string& arch) {
-  // Grows with the kernel families: today the routing; the expert GEMMs join with their issue.
-  const RouterConfig r = m.router_config();
-  return {routing_topk_spec(r, arch),
-          complete_spec({"routing_sort", arch, {{"top_k", std::int64_t(r.top_k)}}})};
+MoeSpec ModelMoeConfig::moe_spec(MoeDType dtype) const {
+  MoeSpec s;
+  s.num_experts = num_experts;
+  s.top_k = top_k;
+  s.hidden = hidden;
+  s.intermediate = intermediate;
+  s.activation = static_cast<MoeActivation>(parse_activation(activation));
+  s.dtype = dtype;
+  const RouterConfig r = router_config();
+  s.scoring = r.scoring;
+  s.renormalize = r.renormalize;
+  s.n_group = r.n_group;
+  s.topk_group = r.topk_group;
+  s.routed_scaling_factor = r.routed_scaling_factor;
+  s.has_bias = expert_bias;
+  s.router_weight_on_input = weight_on_input;
+  return s;
+}
+
+std::vector<KernelSpec> kernel_specs_for(const ModelMoeConfig& m, const std::string& arch, int max_tokens) {
+  return moe_layer_kernel_specs(m.moe_spec(), max_tokens, arch);
 }
 
 }  // namespace moejit

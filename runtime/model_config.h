@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "jit/kernel_spec.h"
+#include "runtime/moe_spec.h"
 #include "runtime/router.h"
 
 namespace moejit {
@@ -23,17 +24,23 @@ struct ModelMoeConfig {
   bool renormalize = true;          // norm_topk_prob
   int n_group = 1, topk_group = 1;
   double routed_scaling_factor = 1.0;
-  std::string activation = "silu";  // hidden_act
+  std::string activation = "silu_mul";  // from hidden_act: silu -> silu_mul, gelu -> gelu_mul, ...
+
+  bool expert_bias = false;         // gpt-oss: fp32 biases on both expert projections
+  bool weight_on_input = false;     // Llama-4: the router weight scales the expert input
 
   // The router this model uses (scoring rule, grouping, renormalization, scaling).
   RouterConfig router_config(int block_m = 64) const;
+  // The MoE layer of this model (activation from hidden_act; gpt-oss: swigluoai with biases).
+  MoeSpec moe_spec(MoeDType dtype = kDTypeBF16) const;
 
   static ModelMoeConfig from_json(const nlohmann::json& config);  // throws Error(Validate)
   static ModelMoeConfig from_file(const std::filesystem::path& path);
   std::string describe() const;
 };
 
-// The kernel specs a layer of this model needs on `arch` (compiled ahead by `moejit compile`).
-std::vector<KernelSpec> kernel_specs_for(const ModelMoeConfig& model, const std::string& arch);
+// The kernel specs a layer of this model needs on `arch` for up to max_tokens tokens (compiled ahead
+// by `moejit compile --model` and the demo).
+std::vector<KernelSpec> kernel_specs_for(const ModelMoeConfig& model, const std::string& arch, int max_tokens = 8192);
 
 }  // namespace moejit

@@ -53,15 +53,15 @@ struct MoeLayer::Workspace {
 
 MoeLayer::MoeLayer(Runtime& runtime, MoeSpec spec)
     : runtime_(runtime), spec_(spec), router_(runtime, layer_router_config(spec)) {
-  kernel_specs(tile_config(1), "sm_80");  // completes (validates) the specs of one config now
+  moe_expert_kernel_specs(spec_, tile_config(1), "sm_80");  // completes (validates) one config's specs now
 }
 
 MoeLayer::~MoeLayer() = default;
 
 MoeTileConfig MoeLayer::tile_config(int num_tokens) const { return heuristic_tile_config(spec_, num_tokens); }
 
-std::vector<KernelSpec> MoeLayer::kernel_specs(const MoeTileConfig& c, const std::string& arch) const {
-  const std::string dtype = dtype_name(spec_.dtype);
+std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch) {
+  const std::string dtype = dtype_name(spec.dtype);
   auto gemm = [&](const char* role, int act, const GemmTile& t) {
     return complete_spec({"moe_gemm", arch,
                           {{"role", std::string(role)},
@@ -74,29 +74,33 @@ std::vector<KernelSpec> MoeLayer::kernel_specs(const MoeTileConfig& c, const std
                            {"warps_n", std::int64_t(t.warps_n)},
                            {"stages", std::int64_t(t.stages)}}});
   };
-  const bool atomic = spec_.fused && spec_.reduce == ReduceMode::Fast;
+  const bool atomic = spec.fused && spec.reduce == ReduceMode::Fast;
+  // Order matters: MoeLayer::kernels_for indexes these.
   std::vector<KernelSpec> specs = {
-      gemm("gemm1", spec_.fused ? spec_.activation : kActNone, c.gemm1),
+      gemm("gemm1", spec.fused ? spec.activation : kActNone, c.gemm1),
       gemm(atomic ? "gemm2_atomic" : "gemm2_rows", kActNone, c.gemm2),
-      complete_spec({"moe_reduce", arch, {{"dtype", dtype}, {"top_k", std::int64_t(spec_.top_k)}}}),
+      complete_spec({"moe_reduce", arch, {{"dtype", dtype}, {"top_k", std::int64_t(spec.top_k)}}}),
   };
-  if (!spec_.fused)
+  if (!spec.fused)
     specs.push_back(complete_spec(
-        {"moe_activation", arch, {{"dtype", dtype}, {"activation", std::string(activation_name(spec_.activation))}}}));
+        {"moe_activation", arch, {{"dtype", dtype}, {"activation", std::string(activation_name(spec.activation))}}}));
   return specs;
 }
 
-std::vector<KernelSpec> MoeLayer::kernel_specs_up_to(int max_tokens, const std::string& arch) const {
-  std::vector<KernelSpec> out = {router_.topk_spec(arch), router_.sorter().spec(arch)};
-  for (const auto& config : heuristic_tile_configs(spec_, max_tokens))
-    for (auto& s : kernel_specs(config, arch))
+std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_tokens, const std::string& arch) {
+  const RouterConfig router = layer_router_config(spec);
+  std::vector<KernelSpec> out = {
+      routing_topk_spec(router, arch),
+      RoutingSorter::spec_for({.num_experts = router.num_experts, .top_k = router.top_k}, arch)};
+  for (const auto& config : heuristic_tile_configs(spec, max_tokens))
+    for (auto& s : moe_expert_kernel_specs(spec, config, arch))
       if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
   return out;
 }
 
 void MoeLayer::prepare(int max_tokens) {
   MOEJIT_REQUIRE(max_tokens >= 1, "moe: prepare(max_tokens = {}) needs max_tokens >= 1", max_tokens);
-  runtime_.compile_all(kernel_specs_up_to(max_tokens, runtime_.device_arch()));
+  runtime_.compile_all(moe_layer_kernel_specs(spec_, max_tokens, runtime_.device_arch()));
   router_.prepare();
   for (const auto& config : heuristic_tile_configs(spec_, max_tokens)) kernels_for(config);
 }
@@ -106,7 +110,7 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = kernels_.find(key);
   if (it != kernels_.end()) return *it->second;
-  const auto specs = kernel_specs(config, runtime_.device_arch());
+  const auto specs = moe_expert_kernel_specs(spec_, config, runtime_.device_arch());
   runtime_.compile_all(specs);
   auto k = std::make_unique<Kernels>();
   k->config = config;

@@ -64,6 +64,13 @@ struct MoeStageHooks {
   std::function<void(CUstream, const MoeStageBuffers&)> after_gemm2;
 };
 
+// Every kernel a layer with `spec` may launch for 1..max_tokens tokens on `arch` (routing included);
+// needs no GPU: CI and `moejit compile --model` compile these ahead.
+std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_tokens, const std::string& arch);
+// The kernels of one forward with tile config `config` (expert stages only).
+std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& config,
+                                                const std::string& arch);
+
 class MoeLayer {
  public:
   MoeLayer(Runtime& runtime, MoeSpec spec);  // validates; throws Error(Validate)
@@ -74,10 +81,6 @@ class MoeLayer {
   const MoeSpec& spec() const { return spec_; }
   std::size_t workspace_bytes(int num_tokens) const;
   MoeTileConfig tile_config(int num_tokens) const;  // heuristic today; tuned DB later
-  // Every kernel a forward with `config` launches, for `arch`.
-  std::vector<KernelSpec> kernel_specs(const MoeTileConfig& config, const std::string& arch) const;
-  // Every kernel forward() may need for 1..max_tokens tokens (for eager compiles in CI and prepare).
-  std::vector<KernelSpec> kernel_specs_up_to(int max_tokens, const std::string& arch) const;
   // Compiles (in parallel) and loads every kernel for up to max_tokens tokens.
   void prepare(int max_tokens);
 

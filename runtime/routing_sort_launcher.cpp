@@ -29,9 +29,9 @@ RoutingSorter::RoutingSorter(Runtime& runtime, RoutingSortConfig c) : runtime_(r
   threads_ = static_cast<int>(spec("sm_80").get_int("threads"));
 }
 
-KernelSpec RoutingSorter::spec(const std::string& arch) const {
-  return complete_spec({"routing_sort", arch,
-                        {{"top_k", std::int64_t(config_.top_k)}, {"tokens_per_cta", std::int64_t(config_.tokens_per_cta)}}});
+KernelSpec RoutingSorter::spec_for(const RoutingSortConfig& c, const std::string& arch) {
+  return complete_spec(
+      {"routing_sort", arch, {{"top_k", std::int64_t(c.top_k)}, {"tokens_per_cta", std::int64_t(c.tokens_per_cta)}}});
 }
 
 std::size_t RoutingSorter::gather_capacity(int max_tokens) const {

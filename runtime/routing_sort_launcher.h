@@ -46,7 +46,8 @@ class RoutingSorter {
 
   RoutingSorter(Runtime& runtime, RoutingSortConfig config);  // throws Error(Validate)
   const RoutingSortConfig& config() const { return config_; }
-  KernelSpec spec(const std::string& arch) const;
+  KernelSpec spec(const std::string& arch) const { return spec_for(config_, arch); }
+  static KernelSpec spec_for(const RoutingSortConfig& config, const std::string& arch);
 
   // Output capacities for up to max_tokens tokens.
   std::size_t gather_capacity(int max_tokens) const;  // padded rows

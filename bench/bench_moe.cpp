@@ -1,0 +1,108 @@
+// MoE layer section of moejit_bench: the whole forward (router logits -> routing -> fused experts
+// -> top-k reduction), bf16, timed as CUDA-graph replays that rotate over several router-logit
+// sets, so consecutive forwards touch different experts (weights are not served from L2).
+// Floor = max(touched-expert weight bytes + activations / copy bandwidth, flops / dense GEMM rate),
+// with the touched experts counted from the device's own routing of each logit set.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "bench/bench_sections.h"
+#include "bench/bench_util.h"
+#include "common/half_float.h"
+#include "runtime/device_buffer.h"
+#include "runtime/moe_layer.h"
+
+namespace moejit::bench {
+
+namespace {
+constexpr int kLogitSets = 4;
+
+// Every output element written and finite (the output was poisoned with NaN before the run).
+bool output_complete(const DeviceBuffer& out, std::size_t count, int dtype) {
+  const auto bits = out.to_vector<std::uint16_t>(count);
+  return std::all_of(bits.begin(), bits.end(), [&](std::uint16_t b) { return std::isfinite(half_bits_to_float(b, dtype)); });
+}
+}  // namespace
+
+void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& shapes, nlohmann::json& results) {
+  auto& api = rt.driver();
+  fmt::print("\n{:<18} {:>4} {:>5} {:>6} {:>6} {:>10} {:>10} {:>7} {:>5}  {}\n", "MoE layer (bf16)", "E", "top_k", "K",
+             "M", "us", "floor us", "eff", "bound", "tiles");
+  const int max_m = *std::max_element(ctx.token_counts.begin(), ctx.token_counts.end());
+  for (const auto& shape : shapes) {
+    const MoeSpec& s = shape.spec;
+    MoeLayer layer(rt, s);
+    layer.prepare(max_m);
+    const std::size_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), E = s.num_experts, EL = s.local_experts();
+    DeviceBuffer w1(api, EL * R * K * 2), w2(api, EL * K * N * 2), hidden(api, std::max<std::size_t>(max_m * K * 2, 16));
+    DeviceBuffer out(api, std::max<std::size_t>(max_m * K * 2, 16)), ws(api, layer.workspace_bytes(max_m));
+    DeviceBuffer b1, b2;
+    ctx.filler->fill(ctx.stream, w1.ptr(), EL * R * K, ScalarType::BF16, 11, float(std::sqrt(3.0 / K)));
+    ctx.filler->fill(ctx.stream, w2.ptr(), EL * K * N, ScalarType::BF16, 12, float(std::sqrt(3.0 / N)));
+    ctx.filler->fill(ctx.stream, hidden.ptr(), max_m * K, ScalarType::BF16, 13, 1.f);
+    if (s.has_bias) {
+      b1 = DeviceBuffer(api, EL * R * 4);
+      b2 = DeviceBuffer(api, EL * K * 4);
+      ctx.filler->fill(ctx.stream, b1.ptr(), EL * R, ScalarType::F32, 14, 0.5f);
+      ctx.filler->fill(ctx.stream, b2.ptr(), EL * K, ScalarType::F32, 15, 0.5f);
+    }
+    std::vector<DeviceBuffer> logits;
+    for (int i = 0; i < kLogitSets; ++i) {
+      logits.emplace_back(api, std::max<std::size_t>(max_m * E * 2, 16));
+      ctx.filler->fill(ctx.stream, logits.back().ptr(), max_m * E, ScalarType::BF16, 100 + i, 4.f);
+    }
+    for (int m : ctx.token_counts) {
+      auto args = [&](int set) {
+        MoeForwardArgs a;
+        a.hidden = TensorView::contiguous(hidden.ptr(), ScalarType::BF16, {m, std::int64_t(K)});
+        a.router_logits = TensorView::contiguous(logits[set].ptr(), ScalarType::BF16, {m, std::int64_t(E)});
+        a.w1 = TensorView::contiguous(w1.ptr(), ScalarType::BF16, {std::int64_t(EL), std::int64_t(R), std::int64_t(K)});
+        a.w2 = TensorView::contiguous(w2.ptr(), ScalarType::BF16, {std::int64_t(EL), std::int64_t(K), std::int64_t(N)});
+        if (s.has_bias) {
+          a.b1 = TensorView::contiguous(b1.ptr(), ScalarType::F32, {std::int64_t(EL), std::int64_t(R)});
+          a.b2 = TensorView::contiguous(b2.ptr(), ScalarType::F32, {std::int64_t(EL), std::int64_t(K)});
+        }
+        a.out = TensorView::contiguous(out.ptr(), ScalarType::BF16, {m, std::int64_t(K)});
+        a.workspace = ws.ptr();
+        a.workspace_size = ws.bytes();
+        return a;
+      };
+      // Each logit set once, eagerly: the output must be complete, and the routing tells how many
+      // experts the forward touches.
+      double touched = 0;
+      for (int set = 0; set < kLogitSets; ++set) {
+        out.fill_u32(0x7fc07fc0u);
+        layer.forward(ctx.stream, args(set));
+        MOEJIT_CHECK_CU(api, Launch, cuStreamSynchronize(ctx.stream));
+        if (!output_complete(out, std::size_t(m) * K, s.dtype))
+          throw Error(Phase::Launch, fmt::format("{} M={}: output has unwritten or non-finite elements", shape.name, m));
+        std::vector<int> counts(EL);
+        MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(counts.data(),
+                                                  reinterpret_cast<CUdeviceptr>(layer.routing_result(args(set)).sort.expert_counts),
+                                                  EL * sizeof(int)));
+        touched += std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; });
+      }
+      touched /= kLogitSets;
+      const int inner = m <= 1024 ? 2 * kLogitSets : kLogitSets;
+      const double us = time_graph_us(api, ctx.stream, inner, ctx.reps,
+                                      [&](int i) { layer.forward(ctx.stream, args(i % kLogitSets)); });
+      const double weight_bytes = touched * double(R * K + K * N) * 2 + (s.has_bias ? touched * (R + K) * 4.0 : 0.0);
+      const double bytes = weight_bytes + 2.0 * m * K * 2 + 2.0 * m * E;
+      const double flops = 2.0 * m * s.top_k * double(R * K + K * N);
+      const double mem_us = bytes / ctx.bandwidth * 1e6;
+      const double math_us = ctx.gemm_rate > 0 ? flops / ctx.gemm_rate * 1e6 : 0.0;
+      const double floor_us = std::max(mem_us, math_us);
+      fmt::print("{:<18} {:>4} {:>5} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>6.1f}% {:>5}  {}\n", shape.name, E, s.top_k, K, m,
+                 us, floor_us, 100.0 * floor_us / us, mem_us >= math_us ? "mem" : "math",
+                 layer.tile_config(m).describe());
+      results.push_back({{"kernel", "moe_layer"}, {"shape", shape.name}, {"E", E}, {"top_k", s.top_k}, {"K", K},
+                         {"N", N}, {"M", m}, {"us", us}, {"floor_us", floor_us}, {"memory_floor_us", mem_us},
+                         {"math_floor_us", math_us}, {"touched_experts", touched}, {"efficiency", floor_us / us},
+                         {"tiles", layer.tile_config(m).describe()}});
+    }
+  }
+}
+
+}  // namespace moejit::bench
