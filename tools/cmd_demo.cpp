@@ -28,7 +28,7 @@ for several token counts and checks the output against the fp64 CPU reference (e
 std::string short_description(const KernelSpec& s) {
   std::string text = s.family;
   for (const char* key : {"role", "activation", "scoring", "top_k", "padded"})
-    if (s.params.count(key)) text += " " + param_to_string(s.params.at(key));
+    if (s.params.count(key)) text += fmt::format(" {}", param_to_string(s.params.at(key)));
   if (s.family == "moe_gemm")
     text += fmt::format(" bm{} bn{} w{}x{} s{}", s.get_int("block_m"), s.get_int("block_n"), s.get_int("warps_m"),
                         s.get_int("warps_n"), s.get_int("stages"));
