@@ -153,7 +153,7 @@ std::size_t MoeLayer::workspace_bytes(int num_tokens) const {
 }
 
 void MoeLayer::forward(CUstream stream, const MoeForwardArgs& args, const MoeStageHooks* hooks) {
-  validate(args);
+  check(args);
   MOEJIT_REQUIRE(hooks == nullptr || !spec_.fused,
                  "moe: stage hooks need the unfused mode (MoeSpec::fused = false); the fused layer has no stages");
   const int m = static_cast<int>(args.hidden.shape[0]);

@@ -84,6 +84,9 @@ class MoeLayer {
   // Compiles (in parallel) and loads every kernel for up to max_tokens tokens.
   void prepare(int max_tokens);
 
+  // Checks every tensor and the workspace as forward() does, without launching (no GPU needed);
+  // throws Error(Validate) naming the first problem.
+  void check(const MoeForwardArgs& args) const;
   void forward(CUstream stream, const MoeForwardArgs& args, const MoeStageHooks* hooks = nullptr);
   // Where the routing of a forward with `args` lives in its workspace (top-k ids and weights of the
   // monolithic forward, metadata); for tests and debugging.
@@ -96,7 +99,6 @@ class MoeLayer {
   struct Workspace;
   Workspace carve(const MoeForwardArgs& args, int num_tokens) const;
   const Kernels& kernels_for(const MoeTileConfig& config);
-  void validate(const MoeForwardArgs& args) const;
 
   Runtime& runtime_;
   MoeSpec spec_;

@@ -91,7 +91,7 @@ void check_tensor(const char* name, const TensorView& v, ScalarType dtype, std::
 
 }  // namespace
 
-void MoeLayer::validate(const MoeForwardArgs& a) const {
+void MoeLayer::check(const MoeForwardArgs& a) const {
   const MoeSpec& s = spec_;
   const ScalarType dt = scalar_of(s.dtype);
   const std::int64_t K = s.hidden, N = s.intermediate, E = s.num_experts, EL = s.local_experts(), k = s.top_k;

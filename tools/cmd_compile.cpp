@@ -12,13 +12,15 @@ namespace moejit::cli {
 
 namespace {
 constexpr const char* kHelp = R"(usage: moejit compile --spec spec.json [--arch ARCH]...
-       moejit compile --model config.json [--arch ARCH]...
+       moejit compile --model config.json [--arch ARCH]... [--max-tokens M]
 
 Compiles kernels ahead of time into the kernel cache (in parallel; MOEJIT_COMPILE_THREADS).
 
   --spec FILE      a kernel spec {"family":..., "arch":..., "params":{...}}, a list of them,
                    or {"kernels": [...]}
   --model FILE     a Hugging Face config.json: every kernel an MoE layer of that model needs
+                   (routing, expert GEMMs for every tile config up to --max-tokens, reduction)
+  --max-tokens M   largest batch the layer will run (default 8192)
   --arch ARCH      target arch (repeatable); overrides the specs' own. Default for --model: sm_90a
   --cache-dir DIR  kernel cache directory
 )";
@@ -40,12 +42,13 @@ std::vector<KernelSpec> specs_from_file(const std::string& path) {
 }  // namespace
 
 int cmd_compile(const std::vector<std::string>& argv) {
-  Args args = parse_args(argv, {"spec", "model", "arch", "cache-dir"}, {"help"});
+  Args args = parse_args(argv, {"spec", "model", "arch", "cache-dir", "max-tokens"}, {"help"});
   if (args.has("help")) {
     fmt::print("{}", kHelp);
     return kExitOk;
   }
   if (args.has("spec") == args.has("model")) throw UsageError("give exactly one of --spec or --model");
+  if (args.has("max-tokens") && !args.has("model")) throw UsageError("--max-tokens goes with --model");
   if (!args.positional.empty()) throw UsageError("unexpected argument '" + args.positional[0] + "'");
   std::vector<std::string> archs = args.all("arch");
 
@@ -65,8 +68,11 @@ int cmd_compile(const std::vector<std::string>& argv) {
     ModelMoeConfig model = ModelMoeConfig::from_file(args.get("model"));
     fmt::print("model {}\n", model.describe());
     if (archs.empty()) archs.push_back("sm_90a");
+    const int max_tokens =
+        args.has("max-tokens") ? static_cast<int>(parse_int(args.get("max-tokens"), "--max-tokens")) : 8192;
+    if (max_tokens < 1) throw UsageError("--max-tokens must be at least 1");
     for (const auto& arch : archs)
-      for (auto& s : kernel_specs_for(model, arch)) specs.push_back(s);
+      for (auto& s : kernel_specs_for(model, arch, max_tokens)) specs.push_back(s);
   }
 
   Runtime rt(options_from(args));

@@ -61,6 +61,17 @@ __device__ inline unsigned pack2(float lo, float hi) {
   return r;
 }
 
+// p[0] += a, p[1] += b in global memory without returning the old values (8-byte aligned p). One
+// vector reduction on sm_90+, two scalar ones before.
+__device__ inline void red_add_f32x2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+#else
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(a) : "memory");
+  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p + 1), "f"(b) : "memory");
+#endif
+}
+
 template <int DTYPE>
 __device__ inline float to_float(unsigned short bits) {
   if constexpr (DTYPE == kDTypeBF16) {

@@ -201,9 +201,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(const M
           if constexpr (ROLE == kRoleGemm2Rows) {
             *reinterpret_cast<float2*>(c + g * args.ldc + col) = make_float2(v[0], v[1]);
           } else {
-            float* dst = c + (g / args.top_k) * args.ldc + col;
-            atomicAdd(dst, v[0]);
-            atomicAdd(dst + 1, v[1]);
+            sm80::red_add_f32x2(c + (g / args.top_k) * args.ldc + col, v[0], v[1]);
           }
         }
       }

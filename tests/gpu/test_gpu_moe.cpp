@@ -68,3 +68,33 @@ TEST_CASE("gpu moe: expert parallelism (half the experts remote) and top-1 weigh
       }
   }
 }
+
+// A few variants at small M that together reach every kernel family and epilogue path: the suite
+// compute-sanitizer runs (memcheck, racecheck) — the full suite is too slow under the tools.
+TEST_CASE("gpu moe: reduced suite (for compute-sanitizer)") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe reduced suite")) return;
+  const auto matrix = moe_matrix_cases();
+  int index = 0;
+  for (const auto& c : matrix) {
+    const MoeSpec& s = c.spec;
+    // silu_mul (gated, halves), swigluoai (interleaved), relu2 (single input); all four modes.
+    const bool pick = (s.activation == kActSiluMul || s.activation == kActSwigluOai || s.activation == kActRelu2) &&
+                      s.dtype == (index % 2 ? kDTypeF16 : kDTypeBF16) && s.has_bias == s.router_weight_on_input;
+    ++index;
+    if (!pick) continue;
+    MoeRun r = make_moe_run(rt, s, 64, 500 + index);
+    for (int m : {5, 64}) {
+      const double err = forward_and_check(r, m, m == 5);
+      INFO(fmt::format("{} M={} relative error {:.3e}", c.name, m, err));
+      CHECK(within_band(err));
+    }
+  }
+  for (const auto& c : moe_mode_cases()) {
+    if (c.spec.local_experts() == c.spec.num_experts) continue;
+    MoeRun r = make_moe_run(rt, c.spec, 64, 600);
+    const double err = forward_and_check(r, 64, false);
+    INFO(fmt::format("{} relative error {:.3e}", c.name, err));
+    CHECK(within_band(err));
+  }
+}

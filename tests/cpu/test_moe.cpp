@@ -1,0 +1,244 @@
+// The MoE layer without a GPU: every kernel the GPU tests launch compiles (sm_90a, the devices'
+// arch) without spills; spec and forward-argument validation; the tile heuristic; the fp64
+// reference on hand-computed cases; model configs to MoeSpec; 16-bit conversions.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <set>
+
+#include "common/error.h"
+#include "common/half_float.h"
+#include "runtime/model_config.h"
+#include "runtime/moe_layer.h"
+#include "runtime/moe_reference.h"
+#include "support/moe_cases.h"
+#include "support/test_support.h"
+
+using namespace moejit;
+using namespace moejit::test;
+
+TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without spills") {
+  ScratchDir dir("moe-compile");
+  Runtime rt(test_options(dir.path() / "cache"));
+  std::vector<KernelSpec> specs;
+  std::set<std::string> seen;
+  auto add = [&](const MoeCase& c) {
+    const int max_m = *std::max_element(c.token_counts.begin(), c.token_counts.end());
+    for (auto& s : moe_layer_kernel_specs(c.spec, max_m, "sm_90a"))
+      if (seen.insert(s.to_json().dump()).second) specs.push_back(s);
+  };
+  for (const auto& c : moe_matrix_cases()) add(c);
+  for (const auto& c : moe_model_cases()) add(c);
+  for (const auto& c : moe_mode_cases()) add(c);
+  MESSAGE(fmt::format("{} distinct kernel specs", specs.size()));
+  const auto compiled = rt.compile_all(specs);
+  REQUIRE(compiled.size() == specs.size());
+  for (const auto& k : compiled)
+    for (const auto& e : k->entries) {
+      INFO(k->spec.to_string() << " entry " << e.name);
+      CHECK(e.resources.spill_store_bytes == 0);
+      CHECK(e.resources.spill_load_bytes == 0);
+    }
+}
+
+TEST_CASE("moe: spec validation explains every unsupported field") {
+  MoeSpec s;
+  s.num_experts = 8;
+  s.top_k = 9;
+  s.hidden = 100;
+  s.intermediate = 64;
+  const auto why = s.unsupported();
+  CHECK(why.size() == 2);
+  try {
+    s.validate();
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    CHECK(e.phase() == Phase::Validate);
+    CHECK(std::string(e.what()).find("top_k = 9 exceeds num_experts = 8") != std::string::npos);
+    CHECK(std::string(e.what()).find("hidden = 100 must be a positive multiple of 8") != std::string::npos);
+  }
+  s.top_k = 2;
+  s.hidden = 128;
+  CHECK(s.unsupported().empty());
+  s.n_group = 3;  // 8 experts into 3 groups
+  Runtime rt(test_options(""));
+  CHECK_THROWS_AS(MoeLayer(rt, s), Error);
+}
+
+namespace {
+// Well-formed arguments with fake (aligned, non-null) device addresses: check() never touches them.
+MoeForwardArgs fake_args(const MoeLayer& layer, int m) {
+  const MoeSpec& s = layer.spec();
+  const std::int64_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), E = s.num_experts, EL = s.local_experts();
+  MoeForwardArgs a;
+  CUdeviceptr next = 0x10000000;
+  auto addr = [&]() { return next += 0x1000000; };
+  a.hidden = TensorView::contiguous(addr(), ScalarType::BF16, {m, K});
+  a.router_logits = TensorView::contiguous(addr(), ScalarType::BF16, {m, E});
+  a.w1 = TensorView::contiguous(addr(), ScalarType::BF16, {EL, R, K});
+  a.w2 = TensorView::contiguous(addr(), ScalarType::BF16, {EL, K, N});
+  a.out = TensorView::contiguous(addr(), ScalarType::BF16, {m, K});
+  a.workspace = addr();
+  a.workspace_size = layer.workspace_bytes(m);
+  return a;
+}
+
+std::string check_error(const MoeLayer& layer, const MoeForwardArgs& a) {
+  try {
+    layer.check(a);
+  } catch (const Error& e) {
+    CHECK(e.phase() == Phase::Validate);
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("moe: forward arguments are checked before any launch (no GPU needed)") {
+  Runtime rt(test_options(""));
+  MoeSpec s;
+  s.num_experts = 16;
+  s.top_k = 4;
+  s.hidden = 256;
+  s.intermediate = 192;
+  MoeLayer layer(rt, s);
+  const int m = 33;
+  CHECK(check_error(layer, fake_args(layer, m)) == "");
+  auto expect = [&](const char* what, auto&& mutate, const char* message) {
+    MoeForwardArgs a = fake_args(layer, m);
+    mutate(a);
+    const std::string err = check_error(layer, a);
+    INFO(what << ": " << err);
+    CHECK(err.find(message) != std::string::npos);
+  };
+  expect("dtype", [](MoeForwardArgs& a) { a.hidden.dtype = ScalarType::F16; }, "hidden f16[33, 256]");
+  expect("dtype", [](MoeForwardArgs& a) { a.hidden.dtype = ScalarType::F16; }, "dtype must be bf16");
+  expect("shape", [](MoeForwardArgs& a) { a.w1.shape[1] = 192; }, "w1 bf16[16, 192, 256]");
+  expect("out rows", [](MoeForwardArgs& a) { a.out.shape[0] = 32; }, "out bf16[32, 256]");
+  expect("stride", [](MoeForwardArgs& a) { a.hidden.strides[0] = 200; }, "overlaps");
+  expect("inner stride", [](MoeForwardArgs& a) { a.w2.strides[2] = 2; }, "contiguous");
+  expect("row alignment", [](MoeForwardArgs& a) { a.hidden.strides[0] = 260; }, "multiple of 16 bytes");
+  expect("pointer alignment", [](MoeForwardArgs& a) { a.w2.data += 2; }, "16-byte aligned");
+  expect("null", [](MoeForwardArgs& a) { a.w1.data = 0; }, "null pointer");
+  expect("missing", [](MoeForwardArgs& a) { a.out = TensorView{}; }, "out is required");
+  expect("both routings", [](MoeForwardArgs& a) {
+    a.topk_ids = TensorView::contiguous(0x1000, ScalarType::I32, {33, 4});
+    a.topk_weights = TensorView::contiguous(0x2000, ScalarType::F32, {33, 4});
+  }, "not both");
+  expect("neither routing", [](MoeForwardArgs& a) { a.router_logits = TensorView{}; }, "not neither");
+  expect("workspace", [](MoeForwardArgs& a) { a.workspace_size -= 1; }, "workspace of");
+  expect("workspace alignment", [](MoeForwardArgs& a) { a.workspace += 128; }, "256-byte aligned");
+  expect("bias without has_bias", [](MoeForwardArgs& a) {
+    a.b1 = TensorView::contiguous(0x1000, ScalarType::F32, {16, 384});
+  }, "has_bias = false");
+  expect("logits dtype", [](MoeForwardArgs& a) { a.router_logits.dtype = ScalarType::F32; }, "router_logits");
+  // M = 0: a valid no-op (no workspace needed).
+  MoeForwardArgs zero = fake_args(layer, 0);
+  zero.workspace = 0;
+  CHECK(check_error(layer, zero) == "");
+  // Expert parallelism requires the map.
+  MoeSpec ep = s;
+  ep.num_local_experts = 8;
+  MoeLayer ep_layer(rt, ep);
+  CHECK(check_error(ep_layer, fake_args(ep_layer, m)).find("expert_map is required") != std::string::npos);
+}
+
+TEST_CASE("moe: tile heuristic stays in bounds and prepare() covers every config it returns") {
+  for (int e : {8, 60, 128, 256})
+    for (int k : {1, 2, 6, 8}) {
+      if (k > e) continue;
+      MoeSpec s;
+      s.num_experts = e;
+      s.top_k = k;
+      s.hidden = 1024;
+      s.intermediate = 512;
+      const int max_m = 3000;
+      const auto all = heuristic_tile_configs(s, max_m);
+      for (int m = 1; m <= max_m; ++m) {
+        const MoeTileConfig c = heuristic_tile_config(s, m);
+        CHECK(c.block_m >= kMoeMinBlockM);
+        CHECK(c.block_m <= kMoeMaxBlockM);
+        if (std::find(all.begin(), all.end(), c) == all.end()) FAIL("E=" << e << " k=" << k << " M=" << m << " not covered");
+      }
+      // Every config the heuristic returns is a valid kernel spec (completes without error).
+      for (const auto& c : all) CHECK_NOTHROW(moe_expert_kernel_specs(s, c, "sm_90a"));
+    }
+}
+
+TEST_CASE("moe: fp64 reference on hand-computed cases") {
+  CHECK(reference_activation_gated(kActSwigluOai, 10.0, 10.0, 1.702, 7.0) ==
+        doctest::Approx(7.0 / (1.0 + std::exp(-1.702 * 7.0)) * 8.0));
+  CHECK(reference_activation_gated(kActSwigluOai, -1.0, -9.0, 1.702, 7.0) ==
+        doctest::Approx(-1.0 / (1.0 + std::exp(1.702)) * (-6.0)));
+  CHECK(reference_activation_gated(kActSwigluStep, 20.0, -9.0, 1.702, 7.0) == doctest::Approx(7.0 * -7.0));
+  CHECK(reference_activation_gated(kActSiluMul, 1.0, 3.0, 0, 0) == doctest::Approx(3.0 / (1.0 + std::exp(-1.0))));
+  CHECK(reference_activation_single(kActRelu2, -2.0) == 0.0);
+  CHECK(reference_activation_single(kActRelu2, 3.0) == 9.0);
+  CHECK(reference_activation_single(kActGelu, 1.0) == doctest::Approx(0.8413447460685429));
+  CHECK(reference_activation_single(kActGeluTanh, 1.0) == doctest::Approx(0.8411919906082768));
+
+  // Identity weights, relu2, two experts, top-2 with weights 0.5 and 0.25, expert 1 remote.
+  MoeSpec s;
+  s.num_experts = 2;
+  s.top_k = 2;
+  s.hidden = 8;
+  s.intermediate = 8;
+  s.activation = kActRelu2;
+  MoeHostTensors t;
+  t.hidden = {1, -2, 3, 0.5, 0, 2, -1, 1};
+  t.w1.assign(2 * 8 * 8, 0.f);
+  t.w2.assign(2 * 8 * 8, 0.f);
+  for (int e = 0; e < 2; ++e)
+    for (int i = 0; i < 8; ++i) t.w1[(e * 8 + i) * 8 + i] = t.w2[(e * 8 + i) * 8 + i] = float(e + 1);
+  t.topk_ids = {1, 0};
+  t.topk_weights = {0.25f, 0.5f};
+  const auto out = reference_moe(s, t, {0});
+  for (int i = 0; i < 8; ++i) {
+    const double r = std::max(0.0, double(t.hidden[i]));
+    CHECK(out[i] == doctest::Approx(0.5 * r * r + 0.25 * 2.0 * (2.0 * r) * (2.0 * r)));
+  }
+  s.num_local_experts = 1;  // expert 0 remote, expert 1 local as 0
+  t.expert_map = {-1, 0};
+  const auto ep = reference_moe(s, t, {0});
+  for (int i = 0; i < 8; ++i) {
+    const double r = std::max(0.0, double(t.hidden[i]));
+    CHECK(ep[i] == doctest::Approx(0.25 * r * r));
+  }
+}
+
+TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
+  auto spec_of = [](const char* json) { return ModelMoeConfig::from_json(nlohmann::json::parse(json)).moe_spec(); };
+  const MoeSpec oss = spec_of(R"({"model_type":"gpt_oss","num_local_experts":32,"num_experts_per_tok":4,
+                                  "hidden_size":2880,"intermediate_size":2880,"hidden_act":"silu"})");
+  CHECK(oss.activation == kActSwigluOai);
+  CHECK(oss.has_bias);
+  CHECK(oss.scoring == Scoring::SoftmaxAfterTopk);
+  const MoeSpec llama = spec_of(R"({"model_type":"llama4","text_config":{"num_local_experts":16,
+                                    "num_experts_per_tok":1,"hidden_size":5120,"intermediate_size":8192}})");
+  CHECK(llama.router_weight_on_input);
+  CHECK(llama.scoring == Scoring::Sigmoid);
+  const MoeSpec dsv3 = spec_of(R"({"model_type":"deepseek_v3","n_routed_experts":256,"num_experts_per_tok":8,
+                                   "hidden_size":7168,"moe_intermediate_size":2048,"n_group":8,"topk_group":4,
+                                   "scoring_func":"sigmoid","routed_scaling_factor":2.5})");
+  CHECK(dsv3.activation == kActSiluMul);
+  CHECK(dsv3.n_group == 8);
+  CHECK(dsv3.routed_scaling_factor == 2.5f);
+  const MoeSpec gelu = spec_of(R"({"model_type":"x","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
+                                   "intermediate_size":64,"hidden_act":"gelu_pytorch_tanh"})");
+  CHECK(gelu.activation == kActGeluTanhMul);
+  CHECK_THROWS_AS(spec_of(R"({"model_type":"x","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
+                              "intermediate_size":64,"hidden_act":"mish"})"),
+                  Error);
+}
+
+TEST_CASE("half floats: round to nearest even, exact round trips") {
+  CHECK(float_to_bf16_bits(1.0f) == 0x3f80);
+  CHECK(float_to_bf16_bits(1.00390625f) == 0x3f80);  // halfway: ties to even (down)
+  CHECK(float_to_bf16_bits(1.01171875f) == 0x3f82);  // halfway: ties to even (up)
+  CHECK(float_to_f16_bits(1.0f) == 0x3c00);
+  CHECK(float_to_f16_bits(-2.5f) == 0xc100);
+  for (float f : {0.5f, -3.25f, 1e-3f, 65504.f})
+    CHECK(f16_bits_to_float(float_to_f16_bits(f)) == doctest::Approx(f).epsilon(1e-3));
+  CHECK(std::isnan(bf16_bits_to_float(float_to_bf16_bits(std::nanf("")))));
+}
