@@ -9,7 +9,8 @@
 #include <cmath>
 
 #include "bench/bench_sections.h"
-#include "bench/bench_util.h"
+#include "autotune/device_rates.h"
+#include "autotune/timing.h"
 #include "common/half_float.h"
 #include "runtime/device_buffer.h"
 #include "runtime/moe_layer.h"

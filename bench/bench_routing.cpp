@@ -5,7 +5,8 @@
 #include <random>
 
 #include "bench/bench_sections.h"
-#include "bench/bench_util.h"
+#include "autotune/device_rates.h"
+#include "autotune/timing.h"
 #include "runtime/device_buffer.h"
 #include "runtime/router.h"
 

@@ -13,7 +13,8 @@
 #include <sstream>
 
 #include "bench/bench_sections.h"
-#include "bench/bench_util.h"
+#include "autotune/device_rates.h"
+#include "autotune/timing.h"
 #include "common/files.h"
 #include "common/options.h"
 #include "runtime/model_config.h"

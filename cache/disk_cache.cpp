@@ -35,19 +35,6 @@ bool is_key(const std::string& s) {
 }
 
 // An exclusive advisory lock on a file, for the stats counters only (entries need none).
-class FileLock {
- public:
-  explicit FileLock(const fs::path& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ >= 0) ::flock(fd_, LOCK_EX);
-  }
-  ~FileLock() {
-    if (fd_ >= 0) ::close(fd_);  // closing releases the lock
-  }
-  bool ok() const { return fd_ >= 0; }
-
- private:
-  int fd_;
-};
 }  // namespace
 
 nlohmann::json CacheStats::to_json() const {

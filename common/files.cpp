@@ -1,6 +1,7 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -63,6 +64,14 @@ std::string unique_name(const std::string& prefix) {
   auto now = std::chrono::steady_clock::now().time_since_epoch().count();
   auto tid = std::hash<std::thread::id>{}(std::this_thread::get_id());
   return fmt::format("{}{}-{:x}-{}-{:x}", prefix, ::getpid(), tid & 0xffffff, counter++, now & 0xffffffff);
+}
+
+FileLock::FileLock(const std::filesystem::path& path) : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+  if (fd_ >= 0) ::flock(fd_, LOCK_EX);
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
 }  // namespace moejit

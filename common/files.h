@@ -14,4 +14,18 @@ void fsync_directory(const std::filesystem::path& dir);
 // A name unique across processes and threads (pid, thread, counter, clock).
 std::string unique_name(const std::string& prefix);
 
+// An exclusive flock on `path` (created if missing) for the object's lifetime; ok() is false when
+// the file cannot be opened (callers then go on unlocked and say so).
+class FileLock {
+ public:
+  explicit FileLock(const std::filesystem::path& path);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_;
+};
+
 }  // namespace moejit

@@ -53,6 +53,7 @@ Options Options::from_env() {
     o.compile_threads = static_cast<int>(n);
   }
   if (auto v = env("MOEJIT_TUNE")) o.tune_on_first_use = parse_bool(*v, "MOEJIT_TUNE");
+  if (auto v = env("MOEJIT_TUNED_DB")) o.tuned_db = *v;
   return o;
 }
 

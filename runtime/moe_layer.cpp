@@ -1,8 +1,10 @@
 #include "runtime/moe_layer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.h"
+#include "autotune/tuner.h"
 #include "common/log.h"
 #include "jit/families.h"
 #include "jit/moe_names.h"
@@ -16,6 +18,7 @@ namespace {
 constexpr std::size_t kAlign = 256;
 constexpr unsigned kMaxGridY = 65535;
 constexpr long long kMaxElementwiseBlocks = 1 << 16;  // grid-stride beyond this
+constexpr double kOnlineTuneBudgetSeconds = 60;
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
 RouterConfig layer_router_config(const MoeSpec& spec) {
@@ -58,7 +61,45 @@ MoeLayer::MoeLayer(Runtime& runtime, MoeSpec spec)
 
 MoeLayer::~MoeLayer() = default;
 
-MoeTileConfig MoeLayer::tile_config(int num_tokens) const { return heuristic_tile_config(spec_, num_tokens); }
+MoeTileConfig MoeLayer::tile_config(int num_tokens) const {
+  std::lock_guard<std::mutex> lock(tuned_mutex_);
+  if (tuned_.empty()) return heuristic_tile_config(spec_, num_tokens);
+  // Nearest tuned batch in log2(M); ties keep the smaller batch.
+  const TunedEntry* best = &tuned_.front();
+  const double target = std::log2(std::max(num_tokens, 1));
+  for (const auto& e : tuned_)
+    if (std::abs(std::log2(e.m) - target) < std::abs(std::log2(best->m) - target)) best = &e;
+  return best->config;
+}
+
+bool MoeLayer::tuned() const {
+  std::lock_guard<std::mutex> lock(tuned_mutex_);
+  return !tuned_.empty();
+}
+
+void MoeLayer::load_tuned() {
+  {
+    std::lock_guard<std::mutex> lock(tuned_mutex_);
+    if (tuned_loaded_) return;
+  }
+  std::vector<TunedEntry> usable;
+  const std::string arch = runtime_.device_arch();
+  const int smem_limit = runtime_.device().info().max_shared_per_block_optin;
+  for (const auto& e : runtime_.tuned_entries(tuned_shape_key(spec_))) {
+    try {
+      for (const auto& s : moe_expert_kernel_specs(spec_, e.config, arch))
+        MOEJIT_REQUIRE(s.family != "moe_gemm" || s.get_int("smem_bytes") <= smem_limit,
+                       "needs {} bytes of shared memory, the device allows {}", s.get_int("smem_bytes"), smem_limit);
+      usable.push_back(e);
+    } catch (const Error& err) {
+      log(LogLevel::Warn, "moe: tuned config {} for M={} is not usable here ({}); using the heuristic there",
+          e.config.describe(), e.m, err.message());
+    }
+  }
+  std::lock_guard<std::mutex> lock(tuned_mutex_);
+  tuned_ = std::move(usable);
+  tuned_loaded_ = true;
+}
 
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch) {
   const std::string dtype = dtype_name(spec.dtype);
@@ -98,11 +139,44 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
   return out;
 }
 
+void MoeLayer::tune_now(int max_tokens) {
+  TuneOptions options;
+  options.batches.clear();
+  for (int m = 1; m < max_tokens; m *= 2) options.batches.push_back(m);
+  options.batches.push_back(max_tokens);
+  options.budget_s = kOnlineTuneBudgetSeconds;
+  log(LogLevel::Info, "moe: MOEJIT_TUNE=1 and no tuned configs for {}: tuning {} batch sizes (budget {} s)",
+      spec_.describe(), options.batches.size(), kOnlineTuneBudgetSeconds);
+  MoeTuner tuner(runtime_, spec_, options);
+  const auto results = tuner.run();
+  const TunedDb db = tuner.to_db(results);
+  const auto path = runtime_.user_db_path();
+  if (!path.empty()) {
+    db.merge_into(path);
+    runtime_.reload_tuned_dbs();
+  }
+  std::lock_guard<std::mutex> lock(tuned_mutex_);
+  tuned_ = db.buckets(tuned_shape_key(spec_));
+}
+
 void MoeLayer::prepare(int max_tokens) {
   MOEJIT_REQUIRE(max_tokens >= 1, "moe: prepare(max_tokens = {}) needs max_tokens >= 1", max_tokens);
-  runtime_.compile_all(moe_layer_kernel_specs(spec_, max_tokens, runtime_.device_arch()));
+  load_tuned();
+  if (!tuned() && runtime_.options().tune_on_first_use) tune_now(max_tokens);
+  const std::string arch = runtime_.device_arch();
+  std::vector<MoeTileConfig> configs;
+  {
+    std::lock_guard<std::mutex> lock(tuned_mutex_);
+    if (tuned_.empty()) configs = heuristic_tile_configs(spec_, max_tokens);
+    for (const auto& e : tuned_)  // every bucket up to max_tokens, and the one nearest above it
+      if (e.m <= max_tokens || configs.empty() || e.m == tuned_.back().m) configs.push_back(e.config);
+  }
+  std::vector<KernelSpec> specs = moe_layer_kernel_specs(spec_, 1, arch);
+  for (const auto& c : configs)
+    for (auto& s : moe_expert_kernel_specs(spec_, c, arch)) specs.push_back(std::move(s));
+  runtime_.compile_all(specs);
   router_.prepare();
-  for (const auto& config : heuristic_tile_configs(spec_, max_tokens)) kernels_for(config);
+  for (const auto& config : configs) kernels_for(config);
 }
 
 const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
@@ -153,12 +227,19 @@ std::size_t MoeLayer::workspace_bytes(int num_tokens) const {
 }
 
 void MoeLayer::forward(CUstream stream, const MoeForwardArgs& args, const MoeStageHooks* hooks) {
+  load_tuned();
+  forward_with_config(stream, args, tile_config(static_cast<int>(args.hidden.shape[0])), hooks);
+}
+
+void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, const MoeTileConfig& config,
+                                   const MoeStageHooks* hooks) {
   check(args);
   MOEJIT_REQUIRE(hooks == nullptr || !spec_.fused,
                  "moe: stage hooks need the unfused mode (MoeSpec::fused = false); the fused layer has no stages");
+  MOEJIT_REQUIRE(config.block_m >= kMoeMinBlockM && config.block_m <= kMoeMaxBlockM,
+                 "moe: tile config {} has block_m outside [{}, {}]", config.describe(), kMoeMinBlockM, kMoeMaxBlockM);
   const int m = static_cast<int>(args.hidden.shape[0]);
   if (m == 0) return;  // nothing to route or compute; out has no rows
-  const MoeTileConfig config = tile_config(m);
   const Kernels& k = kernels_for(config);
   const Workspace w = carve(args, m);
   const int bm = config.block_m;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "autotune/moe_heuristic.h"
+#include "autotune/tuned_db.h"
 #include "jit/kernel_spec.h"
 #include "runtime/moe_spec.h"
 #include "runtime/router.h"
@@ -80,7 +81,10 @@ class MoeLayer {
 
   const MoeSpec& spec() const { return spec_; }
   std::size_t workspace_bytes(int num_tokens) const;
-  MoeTileConfig tile_config(int num_tokens) const;  // heuristic today; tuned DB later
+  // The tuned DB's config for the nearest tuned batch (read at prepare / the first forward on a
+  // GPU), else the heuristic's.
+  MoeTileConfig tile_config(int num_tokens) const;
+  bool tuned() const;  // whether tuned configs were found for this layer on this device
   // Compiles (in parallel) and loads every kernel for up to max_tokens tokens.
   void prepare(int max_tokens);
 
@@ -88,6 +92,9 @@ class MoeLayer {
   // throws Error(Validate) naming the first problem.
   void check(const MoeForwardArgs& args) const;
   void forward(CUstream stream, const MoeForwardArgs& args, const MoeStageHooks* hooks = nullptr);
+  // forward() with a given tile config instead of the layer's choice (the tuner times these).
+  void forward_with_config(CUstream stream, const MoeForwardArgs& args, const MoeTileConfig& config,
+                           const MoeStageHooks* hooks = nullptr);
   // Where the routing of a forward with `args` lives in its workspace (top-k ids and weights of the
   // monolithic forward, metadata); for tests and debugging.
   RoutingResult routing_result(const MoeForwardArgs& args) const;
@@ -99,12 +106,17 @@ class MoeLayer {
   struct Workspace;
   Workspace carve(const MoeForwardArgs& args, int num_tokens) const;
   const Kernels& kernels_for(const MoeTileConfig& config);
+  void load_tuned();  // once, on a GPU: the tuned buckets of this shape (memory only afterwards)
+  void tune_now(int max_tokens);  // MOEJIT_TUNE=1 and nothing tuned: tune, save, use
 
   Runtime& runtime_;
   MoeSpec spec_;
   Router router_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Kernels>> kernels_;  // by config description
+  bool tuned_loaded_ = false;
+  std::vector<TunedEntry> tuned_;  // ascending M; configs checked against the device
+  mutable std::mutex tuned_mutex_;
 };
 
 }  // namespace moejit

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <ranges>
 
 #include "common/error.h"
 #include "jit/moe_names.h"
@@ -63,6 +64,73 @@ std::string MoeSpec::describe() const {
   return fmt::format("E={} top_k={} K={} N={} {} {}{}{}{}{}", num_experts, top_k, hidden, intermediate, act, dt,
                      has_bias ? " bias" : "", router_weight_on_input ? " weight-on-input" : "",
                      reduce == ReduceMode::Deterministic ? " deterministic" : "", fused ? "" : " unfused");
+}
+
+nlohmann::json MoeSpec::to_json() const {
+  const char* logit = logit_dtype == LogitType::F32 ? "f32" : logit_dtype == LogitType::BF16 ? "bf16" : "f16";
+  return {{"num_experts", num_experts},
+          {"top_k", top_k},
+          {"hidden", hidden},
+          {"intermediate", intermediate},
+          {"activation", activation_name(activation)},
+          {"dtype", dtype_name(dtype)},
+          {"scoring", scoring_name(scoring)},
+          {"renormalize", renormalize},
+          {"n_group", n_group},
+          {"topk_group", topk_group},
+          {"routed_scaling_factor", routed_scaling_factor},
+          {"logit_dtype", logit},
+          {"num_local_experts", num_local_experts},
+          {"has_bias", has_bias},
+          {"router_weight_on_input", router_weight_on_input},
+          {"reduce", reduce == ReduceMode::Fast ? "fast" : "deterministic"},
+          {"fused", fused},
+          {"swiglu_alpha", swiglu_alpha},
+          {"swiglu_limit", swiglu_limit}};
+}
+
+MoeSpec MoeSpec::from_json(const nlohmann::json& j) {
+  MOEJIT_REQUIRE(j.is_object(), "MoE spec must be a JSON object");
+  MoeSpec s;
+  const nlohmann::json known = s.to_json();
+  for (const auto& [key, value] : j.items())
+    MOEJIT_REQUIRE(known.contains(key), "MoE spec: unknown field '{}' (fields: {})", key,
+                   fmt::join(known.items() | std::views::transform([](const auto& kv) { return kv.key(); }), ", "));
+  try {
+    for (const char* required : {"num_experts", "top_k", "hidden", "intermediate"})
+      MOEJIT_REQUIRE(j.contains(required), "MoE spec: field '{}' is required", required);
+    s.num_experts = j.at("num_experts").get<int>();
+    s.top_k = j.at("top_k").get<int>();
+    s.hidden = j.at("hidden").get<int>();
+    s.intermediate = j.at("intermediate").get<int>();
+    if (j.contains("activation")) s.activation = static_cast<MoeActivation>(parse_activation(j["activation"].get<std::string>()));
+    if (j.contains("dtype")) s.dtype = static_cast<MoeDType>(parse_dtype(j["dtype"].get<std::string>()));
+    if (j.contains("scoring")) s.scoring = parse_scoring(j["scoring"].get<std::string>());
+    s.renormalize = j.value("renormalize", s.renormalize);
+    s.n_group = j.value("n_group", s.n_group);
+    s.topk_group = j.value("topk_group", s.topk_group);
+    s.routed_scaling_factor = j.value("routed_scaling_factor", s.routed_scaling_factor);
+    if (j.contains("logit_dtype")) {
+      const std::string t = j["logit_dtype"].get<std::string>();
+      MOEJIT_REQUIRE(t == "f32" || t == "bf16" || t == "f16", "MoE spec: logit_dtype '{}' is not f32, bf16 or f16", t);
+      s.logit_dtype = t == "f32" ? LogitType::F32 : t == "bf16" ? LogitType::BF16 : LogitType::F16;
+    }
+    s.num_local_experts = j.value("num_local_experts", s.num_local_experts);
+    s.has_bias = j.value("has_bias", s.has_bias);
+    s.router_weight_on_input = j.value("router_weight_on_input", s.router_weight_on_input);
+    if (j.contains("reduce")) {
+      const std::string r = j["reduce"].get<std::string>();
+      MOEJIT_REQUIRE(r == "fast" || r == "deterministic", "MoE spec: reduce '{}' is not fast or deterministic", r);
+      s.reduce = r == "fast" ? ReduceMode::Fast : ReduceMode::Deterministic;
+    }
+    s.fused = j.value("fused", s.fused);
+    s.swiglu_alpha = j.value("swiglu_alpha", s.swiglu_alpha);
+    s.swiglu_limit = j.value("swiglu_limit", s.swiglu_limit);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Phase::Validate, fmt::format("MoE spec: {}", e.what()));
+  }
+  s.validate();
+  return s;
 }
 
 }  // namespace moejit

@@ -2,6 +2,8 @@
 // mode). validate() explains everything that is unsupported at once (can_implement-style).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -45,6 +47,12 @@ struct MoeSpec {
   std::vector<std::string> unsupported() const;  // empty = supported
   void validate() const;                          // throws Error(Validate) listing every reason
   std::string describe() const;                   // one line for logs and errors
+
+  // {"num_experts": 64, "top_k": 6, "hidden": 2048, "intermediate": 1408, "activation": "silu_mul",
+  //  "dtype": "bf16", "scoring": "softmax", ...}: every field named as here; unknown fields are an
+  // error (a typo must not silently fall back to a default).
+  nlohmann::json to_json() const;
+  static MoeSpec from_json(const nlohmann::json& j);  // throws Error(Validate)
 };
 
 }  // namespace moejit

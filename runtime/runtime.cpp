@@ -1,5 +1,7 @@
 #include "runtime/runtime.h"
 
+#include <cctype>
+
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -209,6 +211,74 @@ std::shared_ptr<const Module> Runtime::load(const KernelSpec& spec) {
   }
   std::lock_guard lock(mutex_);
   return modules_.emplace(module_key, std::move(module)).first->second;
+}
+
+DbMetadata Runtime::db_metadata() {
+  DbMetadata m;
+  m.moejit_version = MOEJIT_VERSION_STRING;
+  m.schema = TunedDb::kSchema;
+  m.nvrtc_version = nvrtc_version();
+  const DeviceInfo& info = device().info();
+  m.device_name = info.name;
+  m.sm_count = info.sm_count;
+  m.arch = info.arch();
+  return m;
+}
+
+std::filesystem::path Runtime::user_db_path() {
+  if (!options_.tuned_db.empty()) return options_.tuned_db;
+  if (!options_.disk_cache || options_.cache_dir.empty()) return {};
+  std::string name = device().info().name;
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return options_.cache_dir / "tuned" / (name + ".json");
+}
+
+void Runtime::reload_tuned_dbs() {
+  std::lock_guard lock(mutex_);
+  tuned_dbs_.reset();
+}
+
+std::vector<TunedEntry> Runtime::tuned_entries(const std::string& shape_key) {
+  const DbMetadata current = db_metadata();
+  const std::filesystem::path user = user_db_path();
+  std::lock_guard lock(mutex_);
+  if (!tuned_dbs_) {
+    tuned_dbs_.emplace();
+    std::string warning;
+    for (const auto& f : detail::embedded_tuned_dbs()) {
+      TunedDb db = TunedDb::parse(f.text, std::string("shipped ") + f.path, &warning);
+      tuned_dbs_->emplace_back(std::string("shipped ") + f.path, std::move(db));
+    }
+    std::vector<std::filesystem::path> files;
+    std::error_code ec;
+    if (options_.disk_cache && !options_.cache_dir.empty())
+      for (const auto& e : std::filesystem::directory_iterator(options_.cache_dir / "tuned", ec))
+        if (e.path().extension() == ".json" && e.path() != user) files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    if (!user.empty()) files.push_back(user);  // the user's own DB wins
+    for (const auto& path : files) {
+      std::string w;
+      TunedDb db = TunedDb::load(path, &w);
+      if (!w.empty()) log(LogLevel::Warn, "{}", w);
+      tuned_dbs_->emplace_back(path.string(), std::move(db));
+    }
+    if (!warning.empty()) log(LogLevel::Warn, "{}", warning);
+  }
+  std::map<int, TunedEntry> merged;
+  for (const auto& [origin, db] : *tuned_dbs_) {
+    const auto buckets = db.buckets(shape_key);
+    if (buckets.empty()) continue;
+    const DbMatch match = db.match(current);
+    if (match == DbMatch::OtherDevice) continue;
+    if (match == DbMatch::Stale && stale_db_warned_.insert(origin).second)
+      log(LogLevel::Warn, "tuned DB {} was made by moejit {} / NVRTC {} on {} SMs; using it, re-tune with `moejit tune`",
+          origin, db.metadata().moejit_version, db.metadata().nvrtc_version, db.metadata().sm_count);
+    for (const auto& e : buckets) merged[e.m] = e;
+  }
+  std::vector<TunedEntry> out;
+  for (const auto& [m, e] : merged) out.push_back(e);
+  return out;
 }
 
 }  // namespace moejit

@@ -8,9 +8,11 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "autotune/tuned_db.h"
 #include "cache/disk_cache.h"
 #include "common/options.h"
 #include "jit/cuda_paths.h"
@@ -63,6 +65,18 @@ class Runtime {
   // driver rejects is dropped from the cache and rebuilt once.
   std::shared_ptr<const Module> load(const KernelSpec& spec);
 
+  // --- tuned configs ---
+  // What a DB written on this machine would carry (needs the GPU for the device fields).
+  DbMetadata db_metadata();
+  // The user's DB file: Options::tuned_db, else <cache_dir>/tuned/<device>.json (empty without a
+  // disk cache and without MOEJIT_TUNED_DB).
+  std::filesystem::path user_db_path();
+  // Tuned buckets for a layer shape on this device, ascending M: the shipped DBs (embedded), then
+  // the user's files, later ones replacing earlier buckets. Files are read once per Runtime; DBs of
+  // another device or arch are ignored, stale ones used with one warning.
+  std::vector<TunedEntry> tuned_entries(const std::string& shape_key);
+  void reload_tuned_dbs();  // after writing a DB
+
  private:
   const CudaHeaders& cuda_headers() const;
   std::shared_ptr<DriverApi> load_driver();
@@ -77,6 +91,8 @@ class Runtime {
   std::shared_ptr<DriverApi> driver_;
   std::unique_ptr<Device> device_;
   std::map<std::pair<CUcontext, std::string>, std::shared_ptr<const Module>> modules_;
+  std::optional<std::vector<std::pair<std::string, TunedDb>>> tuned_dbs_;  // (origin, DB), in priority order
+  std::set<std::string> stale_db_warned_;
 };
 
 }  // namespace moejit

@@ -40,5 +40,6 @@ int cmd_inspect(const std::vector<std::string>& argv);
 int cmd_compile(const std::vector<std::string>& argv);
 int cmd_cache(const std::vector<std::string>& argv);
 int cmd_demo(const std::vector<std::string>& argv);
+int cmd_tune(const std::vector<std::string>& argv);
 
 }  // namespace moejit::cli

@@ -16,7 +16,8 @@ commands:
   inspect   render, compile and show a kernel: source, PTX, resources, SASS
   compile   compile kernels ahead into the cache (--spec file.json or --model config.json)
   cache     manage the kernel cache: ls, verify, prune, clear, stats
-  demo      compile a top_k=6 MoE kernel set, show it, and run + verify it when a GPU is present
+  demo      compile a top_k=6 MoE layer's kernels, show them, and run + verify the layer on a GPU
+  tune      time tile configs of a model's MoE layer on this GPU and write the fastest to a tuned DB
 
 exit status: 0 ok, 1 usage error, 2 failure
 )";
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
     if (command == "compile") return cmd_compile(rest);
     if (command == "cache") return cmd_cache(rest);
     if (command == "demo") return cmd_demo(rest);
+    if (command == "tune") return cmd_tune(rest);
     fmt::print(stderr, "moejit: unknown command '{}'\n\n{}", command, kUsage);
     return kExitUsage;
   } catch (const UsageError& e) {

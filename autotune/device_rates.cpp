@@ -1,4 +1,4 @@
-#include "bench/bench_util.h"
+#include "autotune/device_rates.h"
 
 #include <dlfcn.h>
 #include <fmt/format.h>
@@ -6,31 +6,19 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <vector>
 
 #include "common/error.h"
 #include "runtime/device_buffer.h"
+#include "runtime/event_timer.h"
 
-namespace moejit::bench {
+namespace moejit {
 
 namespace {
-struct Events {
-  DriverApi& api;
-  CUevent start = nullptr, stop = nullptr;
-  explicit Events(DriverApi& a) : api(a) {
-    MOEJIT_CHECK_CU(api, Launch, cuEventCreate(&start, CU_EVENT_DEFAULT));
-    MOEJIT_CHECK_CU(api, Launch, cuEventCreate(&stop, CU_EVENT_DEFAULT));
-  }
-  ~Events() {
-    api.cuEventDestroy(start);
-    api.cuEventDestroy(stop);
-  }
-  float ms() {
-    MOEJIT_CHECK_CU(api, Launch, cuEventSynchronize(stop));
-    float ms = 0;
-    MOEJIT_CHECK_CU(api, Launch, cuEventElapsedTime(&ms, start, stop));
-    return ms;
-  }
-};
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
 
 // cuBLAS entry points used, declared here (values from cublas_api.h / library_types.h) so the
 // bench neither links nor needs cuBLAS.
@@ -61,24 +49,17 @@ void* open_cublas(std::string* tried) {
 }
 }  // namespace
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 double measure_copy_bandwidth(DriverApi& api) {
   const std::size_t bytes = std::size_t(1) << 30;
   DeviceBuffer a(api, bytes), b(api, bytes);
   a.fill_u32(0x3f800001u);
-  Events ev(api);
+  EventTimer timer(api);
   std::vector<double> samples;
   for (int i = 0; i < 12; ++i) {
-    MOEJIT_CHECK_CU(api, Launch, cuEventRecord(ev.start, nullptr));
-    MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoD(b.ptr(), a.ptr(), bytes));
-    MOEJIT_CHECK_CU(api, Launch, cuEventRecord(ev.stop, nullptr));
-    if (i >= 2) samples.push_back(2.0 * bytes / (ev.ms() * 1e-3));
+    const double ms = timer.time_ms(nullptr, [&] { MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoD(b.ptr(), a.ptr(), bytes)); });
+    if (i >= 2) samples.push_back(2.0 * bytes / (ms * 1e-3));
   }
-  return median(samples);
+  return median_of(samples);
 }
 
 double measure_gemm_rate(DriverApi& api, DeviceFiller& filler, std::string* why) {
@@ -101,44 +82,24 @@ double measure_gemm_rate(DriverApi& api, DeviceFiller& filler, std::string* why)
   filler.fill(nullptr, a.ptr(), std::size_t(n) * n, ScalarType::BF16, 1, 1.f);  // random, never zeros
   filler.fill(nullptr, b.ptr(), std::size_t(n) * n, ScalarType::BF16, 2, 1.f);
   const float alpha = 1.f, beta = 0.f;
-  Events ev(api);
+  EventTimer timer(api);
   std::vector<double> samples;
   for (int i = 0; i < 13; ++i) {
-    MOEJIT_CHECK_CU(api, Launch, cuEventRecord(ev.start, nullptr));
-    const int status = gemm(handle, kCublasOpN, kCublasOpN, n, n, n, &alpha, reinterpret_cast<void*>(a.ptr()), kCudaR16BF,
-                            n, reinterpret_cast<void*>(b.ptr()), kCudaR16BF, n, &beta, reinterpret_cast<void*>(c.ptr()),
-                            kCudaR16BF, n, kCublasCompute32F, kCublasGemmDefault);
-    MOEJIT_CHECK_CU(api, Launch, cuEventRecord(ev.stop, nullptr));
+    int status = 0;
+    const double ms = timer.time_ms(nullptr, [&] {
+      status = gemm(handle, kCublasOpN, kCublasOpN, n, n, n, &alpha, reinterpret_cast<void*>(a.ptr()), kCudaR16BF, n,
+                    reinterpret_cast<void*>(b.ptr()), kCudaR16BF, n, &beta, reinterpret_cast<void*>(c.ptr()), kCudaR16BF,
+                    n, kCublasCompute32F, kCublasGemmDefault);
+    });
     if (status != 0) {
       destroy(handle);
       *why = fmt::format("cublasGemmEx returned {}", status);
       return 0;
     }
-    if (i >= 3) samples.push_back(2.0 * n * n * double(n) / (ev.ms() * 1e-3));
+    if (i >= 3) samples.push_back(2.0 * n * n * double(n) / (ms * 1e-3));
   }
   destroy(handle);
-  return median(samples);
+  return median_of(samples);
 }
 
-double time_graph_us(DriverApi& api, CUstream stream, int inner, int reps, const std::function<void(int)>& body) {
-  MOEJIT_CHECK_CU(api, Launch, cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
-  for (int i = 0; i < inner; ++i) body(i);
-  CUgraph graph = nullptr;
-  CUgraphExec exec = nullptr;
-  MOEJIT_CHECK_CU(api, Launch, cuStreamEndCapture(stream, &graph));
-  MOEJIT_CHECK_CU(api, Launch, cuGraphInstantiate(&exec, graph, 0));
-  Events ev(api);
-  std::vector<double> samples;
-  for (int r = 0; r < reps + 3; ++r) {
-    MOEJIT_CHECK_CU(api, Launch, cuEventRecord(ev.start, stream));
-    MOEJIT_CHECK_CU(api, Launch, cuGraphLaunch(exec, stream));
-    MOEJIT_CHECK_CU(api, Launch, cuEventRecord(ev.stop, stream));
-    const double us = ev.ms() * 1e3 / inner;
-    if (r >= 3) samples.push_back(us);
-  }
-  api.cuGraphExecDestroy(exec);
-  api.cuGraphDestroy(graph);
-  return median(samples);
-}
-
-}  // namespace moejit::bench
+}  // namespace moejit

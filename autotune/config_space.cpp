@@ -1,0 +1,77 @@
+#include "autotune/config_space.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "jit/families.h"
+#include "runtime/moe_layer.h"
+
+namespace moejit {
+
+namespace {
+constexpr int kBlockMs[] = {16, 32, 64, 128};
+// Warp layouts worth trying per block_m: one warp row per 16 rows at most, 4 or 8 warps.
+std::vector<std::pair<int, int>> warp_layouts(int block_m) {
+  if (block_m == 16) return {{1, 4}, {1, 8}};
+  if (block_m == 32) return {{1, 4}, {2, 2}, {2, 4}};
+  return {{2, 2}, {4, 2}, {2, 4}};
+}
+}  // namespace
+
+std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens) {
+  const long long rows = (static_cast<long long>(std::max(num_tokens, 1)) * spec.top_k + spec.local_experts() - 1) /
+                         spec.local_experts();
+  const long long expected = next_pow2(rows);
+  std::vector<int> out;
+  // From a quarter to twice the expected rows: smaller tiles waste less padding, larger ones
+  // re-read less of the weights.
+  for (int bm : kBlockMs)
+    if ((bm <= 16 || bm >= expected / 4) && (bm <= std::max<long long>(16, 2 * expected))) out.push_back(bm);
+  return out;
+}
+
+MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m) {
+  // The heuristic picks block_m from rows per expert; ask it at a batch that lands on block_m.
+  const int rows = block_m == 16 ? 1 : block_m == 32 ? 32 : block_m == 64 ? 64 : 1024;
+  const long long m = std::max<long long>(1, static_cast<long long>(rows) * spec.local_experts() / spec.top_k);
+  MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)));
+  c.block_m = block_m;
+  return c;
+}
+
+bool config_fits(const MoeSpec& spec, const MoeTileConfig& config, const DeviceLimits& limits, std::string* why) {
+  try {
+    for (const auto& s : moe_expert_kernel_specs(spec, config, limits.arch))
+      if (s.family == "moe_gemm" && s.get_int("smem_bytes") > limits.max_shared_optin) {
+        if (why) *why = "shared memory over the device limit";
+        return false;
+      }
+  } catch (const Error& e) {
+    if (why) *why = e.what();
+    return false;
+  }
+  return true;
+}
+
+std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gemm1, const DeviceLimits& limits) {
+  const int width = gemm1 ? (spec.fused ? spec.intermediate : spec.w1_rows()) : spec.hidden;
+  const MoeTileConfig base = heuristic_config_for_block_m(spec, block_m);
+  std::vector<GemmTile> out = {gemm1 ? base.gemm1 : base.gemm2};
+  for (int bn : {32, 64, 128, 256}) {
+    if (bn > std::max<long long>(32, next_pow2(width))) continue;  // wider than the output: all waste
+    for (const auto& [wm, wn] : warp_layouts(block_m))
+      for (int stages : {3, 4})
+        for (int bk : {64, 32}) {
+          if (bk == 32 && (stages < 4 || block_m > 32)) continue;  // short steps: decode, deep ring
+          const GemmTile t{bn, bk, wm, wn, stages};
+          if (std::find(out.begin(), out.end(), t) != out.end()) continue;
+          MoeTileConfig c = base;
+          c.block_m = block_m;
+          (gemm1 ? c.gemm1 : c.gemm2) = t;
+          if (config_fits(spec, c, limits)) out.push_back(t);
+        }
+  }
+  return out;
+}
+
+}  // namespace moejit

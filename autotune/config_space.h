@@ -1,0 +1,32 @@
+// The tile-config space of the MoE expert GEMMs, pruned before anything compiles: the kernel's own
+// rules (divisibility, accumulators per thread), the device's shared-memory limit, the layer's
+// widths, and relevance for the batch (block_m near the rows each expert gets). The kernels have
+// no split-K or swap-AB yet, so neither is in the space.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "autotune/moe_heuristic.h"
+#include "runtime/moe_spec.h"
+
+namespace moejit {
+
+struct DeviceLimits {
+  int max_shared_optin = 227 * 1024;  // bytes one CTA may use after opting in
+  std::string arch = "sm_90a";
+};
+
+// block_m values worth timing for num_tokens: around the expected rows per local expert.
+std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens);
+
+// Valid tiles for GEMM1 (gemm1 = true) or GEMM2 of the layer at block_m, best-guess first.
+std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gemm1, const DeviceLimits& limits);
+
+// The heuristic's tiles for a given block_m (the tuner's starting point for that block_m).
+MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m);
+
+// True when the config passes the kernel's rules and the device limits.
+bool config_fits(const MoeSpec& spec, const MoeTileConfig& config, const DeviceLimits& limits, std::string* why = nullptr);
+
+}  // namespace moejit

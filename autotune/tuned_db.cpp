@@ -1,0 +1,184 @@
+#include "autotune/tuned_db.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "common/files.h"
+#include "jit/moe_names.h"
+
+namespace moejit {
+
+namespace fs = std::filesystem;
+
+nlohmann::json DbMetadata::to_json() const {
+  return {{"moejit_version", moejit_version}, {"schema", schema},     {"nvrtc_version", nvrtc_version},
+          {"device_name", device_name},       {"sm_count", sm_count}, {"arch", arch}};
+}
+
+DbMetadata DbMetadata::from_json(const nlohmann::json& j) {
+  DbMetadata m;
+  m.moejit_version = j.at("moejit_version").get<std::string>();
+  m.schema = j.at("schema").get<int>();
+  m.nvrtc_version = j.value("nvrtc_version", std::string());
+  m.device_name = j.at("device_name").get<std::string>();
+  m.sm_count = j.value("sm_count", 0);
+  m.arch = j.at("arch").get<std::string>();
+  return m;
+}
+
+std::string tuned_shape_key(const MoeSpec& s) {
+  return fmt::format("E={} E_local={} top_k={} K={} N={} dtype={} quant=none act={} bias={} fused={} reduce={}",
+                     s.num_experts, s.local_experts(), s.top_k, s.hidden, s.intermediate, dtype_name(s.dtype),
+                     activation_name(s.activation), s.has_bias ? 1 : 0, s.fused ? 1 : 0,
+                     s.reduce == ReduceMode::Fast ? "fast" : "deterministic");
+}
+
+namespace {
+nlohmann::json tile_to_json(const GemmTile& t) {
+  return {{"block_n", t.block_n}, {"block_k", t.block_k}, {"warps_m", t.warps_m}, {"warps_n", t.warps_n},
+          {"stages", t.stages}};
+}
+GemmTile tile_from_json(const nlohmann::json& j) {
+  GemmTile t;
+  t.block_n = j.at("block_n").get<int>();
+  t.block_k = j.at("block_k").get<int>();
+  t.warps_m = j.at("warps_m").get<int>();
+  t.warps_n = j.at("warps_n").get<int>();
+  t.stages = j.at("stages").get<int>();
+  return t;
+}
+}  // namespace
+
+nlohmann::json tile_config_to_json(const MoeTileConfig& c) {
+  return {{"block_m", c.block_m}, {"gemm1", tile_to_json(c.gemm1)}, {"gemm2", tile_to_json(c.gemm2)}};
+}
+
+MoeTileConfig tile_config_from_json(const nlohmann::json& j) {
+  MoeTileConfig c;
+  try {
+    c.block_m = j.at("block_m").get<int>();
+    c.gemm1 = tile_from_json(j.at("gemm1"));
+    c.gemm2 = tile_from_json(j.at("gemm2"));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Phase::Validate, fmt::format("tile config {}: {}", j.dump(), e.what()));
+  }
+  MOEJIT_REQUIRE(c.block_m >= kMoeMinBlockM && c.block_m <= kMoeMaxBlockM && (c.block_m & (c.block_m - 1)) == 0,
+                 "tile config: block_m = {} must be a power of two in [{}, {}]", c.block_m, kMoeMinBlockM, kMoeMaxBlockM);
+  return c;
+}
+
+TunedDb TunedDb::parse(const std::string& text, const std::string& origin, std::string* warning) {
+  TunedDb db;
+  try {
+    const auto j = nlohmann::json::parse(text);
+    db.metadata_ = DbMetadata::from_json(j.at("metadata"));
+    if (db.metadata_.schema != kSchema) {
+      if (warning) *warning = fmt::format("tuned DB {}: schema {} is not {}; ignored", origin, db.metadata_.schema, kSchema);
+      return TunedDb(db.metadata_);
+    }
+    int dropped = 0;
+    for (const auto& [key, buckets] : j.at("entries").items())
+      for (const auto& [m_text, value] : buckets.items()) {
+        try {
+          TunedEntry e;
+          e.m = std::stoi(m_text);
+          e.config = tile_config_from_json(value.at("config"));
+          e.us = value.value("us", 0.0);
+          if (e.m < 1) throw Error(Phase::Validate, "bucket below 1");
+          db.entries_[key][e.m] = e;
+        } catch (const std::exception&) {
+          ++dropped;  // one bad entry does not cost the others
+        }
+      }
+    if (dropped && warning) *warning = fmt::format("tuned DB {}: {} malformed entries skipped", origin, dropped);
+  } catch (const std::exception& e) {
+    if (warning) *warning = fmt::format("tuned DB {} is unreadable ({}); using heuristics", origin, e.what());
+    return TunedDb();
+  }
+  return db;
+}
+
+TunedDb TunedDb::load(const fs::path& path, std::string* warning) {
+  std::string text;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return TunedDb();
+  if (!try_read_file(path, text)) {
+    if (warning) *warning = fmt::format("tuned DB {} cannot be read; using heuristics", path.string());
+    return TunedDb();
+  }
+  return parse(text, path.string(), warning);
+}
+
+DbMatch TunedDb::match(const DbMetadata& current) const {
+  if (metadata_.device_name != current.device_name || metadata_.arch != current.arch) return DbMatch::OtherDevice;
+  if (metadata_.moejit_version != current.moejit_version || metadata_.nvrtc_version != current.nvrtc_version ||
+      metadata_.sm_count != current.sm_count)
+    return DbMatch::Stale;
+  return DbMatch::Same;
+}
+
+void TunedDb::set(const std::string& key, const TunedEntry& entry) { entries_[key][entry.m] = entry; }
+
+std::optional<TunedEntry> TunedDb::lookup(const std::string& key, int m) const {
+  auto it = entries_.find(key);
+  if (it == entries_.end() || it->second.empty()) return std::nullopt;
+  const double target = std::log2(std::max(m, 1));
+  const TunedEntry* best = nullptr;
+  double best_distance = 0;
+  for (const auto& [bucket, entry] : it->second) {
+    const double d = std::abs(std::log2(bucket) - target);
+    if (!best || d < best_distance) {  // ties keep the smaller bucket (ascending map order)
+      best = &entry;
+      best_distance = d;
+    }
+  }
+  return *best;
+}
+
+std::vector<TunedEntry> TunedDb::buckets(const std::string& key) const {
+  std::vector<TunedEntry> out;
+  if (auto it = entries_.find(key); it != entries_.end())
+    for (const auto& [m, e] : it->second) out.push_back(e);
+  return out;
+}
+
+std::vector<std::string> TunedDb::keys() const {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : entries_) out.push_back(k);
+  return out;
+}
+
+nlohmann::json TunedDb::to_json() const {
+  nlohmann::json entries = nlohmann::json::object();
+  for (const auto& [key, buckets] : entries_)
+    for (const auto& [m, e] : buckets)
+      entries[key][std::to_string(m)] = {{"config", tile_config_to_json(e.config)}, {"us", e.us}};
+  return {{"metadata", metadata_.to_json()}, {"entries", entries}};
+}
+
+void TunedDb::merge_into(const fs::path& path) const {
+  std::error_code ec;
+  if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
+  FileLock lock(path.string() + ".lock");
+  if (!lock.ok()) throw Error(Phase::Tune, fmt::format("cannot lock {}.lock", path.string()));
+  std::string warning;
+  TunedDb merged = load(path, &warning);
+  // A file for another device keeps nothing of its entries: they would be mislabeled.
+  if (merged.metadata_.device_name != metadata_.device_name || merged.metadata_.arch != metadata_.arch)
+    merged.entries_.clear();
+  merged.metadata_ = metadata_;
+  for (const auto& [key, buckets] : entries_)
+    for (const auto& [m, e] : buckets) merged.entries_[key][m] = e;
+  const fs::path tmp = path.string() + "." + unique_name("tmp");
+  try {
+    write_file_synced(tmp, merged.to_json().dump(2) + "\n");
+    fs::rename(tmp, path);
+  } catch (const std::exception& e) {
+    fs::remove(tmp, ec);
+    throw Error(Phase::Tune, fmt::format("cannot write tuned DB {}: {}", path.string(), e.what()));
+  }
+}
+
+}  // namespace moejit

@@ -1,0 +1,282 @@
+#include "autotune/tuner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <future>
+#include <random>
+
+#include "autotune/config_space.h"
+#include "autotune/device_rates.h"
+#include "autotune/timing.h"
+#include "common/error.h"
+#include "common/half_float.h"
+#include "common/log.h"
+#include "runtime/device_buffer.h"
+#include "runtime/device_fill.h"
+#include "runtime/event_timer.h"
+#include "runtime/moe_layer.h"
+#include "runtime/runtime.h"
+
+namespace moejit {
+
+namespace {
+constexpr int kLogitSets = 4;  // 0, 1: random; 2, 3: skewed
+constexpr int kGraphMaxTokens = 16;
+constexpr int kMaxWeightCopies = 8;
+
+// Router logits [m, E] in the spec's logit type: uniform random, or skewed towards a few experts.
+std::vector<std::uint16_t> logits_bits(const MoeSpec& s, int m, bool skewed, std::uint64_t seed, std::vector<float>* f32) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-2.f, 2.f);
+  const int E = s.num_experts;
+  std::vector<float> v(std::size_t(m) * E);
+  for (int t = 0; t < m; ++t)
+    for (int e = 0; e < E; ++e)
+      v[std::size_t(t) * E + e] = u(rng) + (skewed ? 3.f * std::exp(-8.f * float(e) / float(E)) : 0.f);
+  std::vector<std::uint16_t> bits;
+  if (s.logit_dtype == LogitType::F32) {
+    *f32 = std::move(v);
+  } else {
+    const int code = s.logit_dtype == LogitType::BF16 ? 0 : 1;
+    bits.resize(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) bits[i] = float_to_half_bits(v[i], code);
+  }
+  return bits;
+}
+}  // namespace
+
+struct MoeTuner::Buffers {
+  std::unique_ptr<MoeLayer> layer;
+  std::vector<DeviceBuffer> w1, w2;  // copies, rotated so that weights come from memory, not L2
+  DeviceBuffer b1, b2, hidden, out, workspace, expert_map, correction_bias;
+  std::vector<DeviceBuffer> logits;
+  int max_m = 0;
+  CUstream stream = nullptr;
+  int turn = 0;
+
+  MoeForwardArgs args(const MoeSpec& s, int m, int set) {
+    const int copy = turn++ % static_cast<int>(w1.size());
+    const ScalarType dt = s.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16;
+    const ScalarType lt = s.logit_dtype == LogitType::F32    ? ScalarType::F32
+                          : s.logit_dtype == LogitType::BF16 ? ScalarType::BF16
+                                                             : ScalarType::F16;
+    const std::int64_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), E = s.num_experts, EL = s.local_experts();
+    MoeForwardArgs a;
+    a.hidden = TensorView::contiguous(hidden.ptr(), dt, {m, K});
+    a.router_logits = TensorView::contiguous(logits[set].ptr(), lt, {m, E});
+    if (s.n_group > 1) a.correction_bias = TensorView::contiguous(correction_bias.ptr(), ScalarType::F32, {E});
+    if (EL < E) a.expert_map = TensorView::contiguous(expert_map.ptr(), ScalarType::I32, {E});
+    a.w1 = TensorView::contiguous(w1[copy].ptr(), dt, {EL, R, K});
+    a.w2 = TensorView::contiguous(w2[copy].ptr(), dt, {EL, K, N});
+    if (s.has_bias) {
+      a.b1 = TensorView::contiguous(b1.ptr(), ScalarType::F32, {EL, R});
+      a.b2 = TensorView::contiguous(b2.ptr(), ScalarType::F32, {EL, K});
+    }
+    a.out = TensorView::contiguous(out.ptr(), dt, {m, K});
+    a.workspace = workspace.ptr();
+    a.workspace_size = workspace.bytes();
+    return a;
+  }
+};
+
+MoeTuner::MoeTuner(Runtime& runtime, MoeSpec spec, TuneOptions options)
+    : runtime_(runtime), spec_(spec), options_(std::move(options)) {
+  spec_.validate();
+  MOEJIT_REQUIRE(!options_.batches.empty(), "tune: no batch sizes");
+  for (int m : options_.batches) MOEJIT_REQUIRE(m >= 1, "tune: batch size {} must be positive", m);
+  MOEJIT_REQUIRE(options_.reps >= 10, "tune: reps = {} must be at least 10 (median of >= 10 runs)", options_.reps);
+  std::sort(options_.batches.begin(), options_.batches.end());
+  options_.batches.erase(std::unique(options_.batches.begin(), options_.batches.end()), options_.batches.end());
+}
+
+MoeTuner::~MoeTuner() {
+  if (buffers_ && buffers_->stream) runtime_.driver().cuStreamDestroy(buffers_->stream);
+}
+
+double MoeTuner::floor_us(int m) const {
+  const double EL = spec_.local_experts(), k = spec_.top_k, E = spec_.num_experts;
+  const double R = spec_.w1_rows(), K = spec_.hidden, N = spec_.intermediate;
+  // Expected distinct local experts hit by m tokens choosing k of E uniformly.
+  const double touched = EL * (1.0 - std::pow(1.0 - k / E, m));
+  const double bytes = touched * (R * K + K * N) * 2 + 2.0 * m * K * 2;
+  const double flops = 2.0 * m * k * (R * K + K * N) * (EL / E);
+  return std::max(bytes / bandwidth_, gemm_rate_ > 0 ? flops / gemm_rate_ : 0.0) * 1e6;
+}
+
+double MoeTuner::time_config(int m, const MoeTileConfig& config) {
+  Buffers& b = *buffers_;
+  auto& api = runtime_.driver();
+  try {
+    // A fast wrong answer is no result: the whole output must be written and finite.
+    b.out.fill_u32(0x7fc07fc0u);
+    b.layer->forward_with_config(b.stream, b.args(spec_, m, 0), config);
+    MOEJIT_CHECK_CU(api, Launch, cuStreamSynchronize(b.stream));
+    const auto bits = b.out.to_vector<std::uint16_t>(std::size_t(m) * spec_.hidden);
+    for (auto v : bits)
+      if (!std::isfinite(half_bits_to_float(v, spec_.dtype)))
+        throw Error(Phase::Tune, "output not completely written or not finite");
+    double total = 0;
+    for (int dist = 0; dist < 2; ++dist) {
+      if (m <= kGraphMaxTokens) {
+        const int inner = 2 * static_cast<int>(b.w1.size());
+        total += time_graph_us(api, b.stream, inner, options_.reps, [&](int i) {
+          b.layer->forward_with_config(b.stream, b.args(spec_, m, 2 * dist + i % 2), config);
+        });
+      } else {
+        EventTimer timer(api);
+        std::vector<double> samples;
+        for (int r = 0; r < options_.reps + 1; ++r) {
+          const double ms = timer.time_ms(b.stream, [&] {
+            b.layer->forward_with_config(b.stream, b.args(spec_, m, 2 * dist + r % 2), config);
+          });
+          if (r >= 1) samples.push_back(ms * 1e3);
+        }
+        total += median(samples);
+      }
+    }
+    return total / 2;
+  } catch (const Error& e) {
+    log(LogLevel::Warn, "tune: M={} config {} skipped: {}", m, config.describe(), e.message());
+    return -1;
+  }
+}
+
+std::vector<TuneResult> MoeTuner::run() {
+  auto& api = runtime_.driver();
+  const auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  const DeviceInfo& info = runtime_.device().info();
+  const std::string arch = runtime_.device_arch();
+  const DeviceLimits limits{info.max_shared_per_block_optin, arch};
+
+  // Buffers for the largest batch; random contents, never zeros.
+  buffers_ = std::make_unique<Buffers>();
+  Buffers& b = *buffers_;
+  MOEJIT_CHECK_CU(api, Launch, cuStreamCreate(&b.stream, CU_STREAM_NON_BLOCKING));
+  b.max_m = options_.batches.back();
+  b.layer = std::make_unique<MoeLayer>(runtime_, spec_);
+  DeviceFiller filler(runtime_);
+  const std::size_t K = spec_.hidden, N = spec_.intermediate, R = spec_.w1_rows(), E = spec_.num_experts;
+  const std::size_t EL = spec_.local_experts(), M = b.max_m;
+  const std::size_t weight_bytes = EL * (R * K + K * N) * 2;
+  const ScalarType dt = spec_.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16;
+  const int copies = static_cast<int>(
+      std::clamp<std::size_t>((2 * std::size_t(info.l2_bytes) + weight_bytes - 1) / weight_bytes, 1, kMaxWeightCopies));
+  for (int c = 0; c < copies; ++c) {
+    b.w1.emplace_back(api, EL * R * K * 2);
+    b.w2.emplace_back(api, EL * K * N * 2);
+    filler.fill(b.stream, b.w1.back().ptr(), EL * R * K, dt, 10 + c, float(std::sqrt(3.0 / K)));
+    filler.fill(b.stream, b.w2.back().ptr(), EL * K * N, dt, 20 + c, float(std::sqrt(3.0 / N)));
+  }
+  b.hidden = DeviceBuffer(api, M * K * 2);
+  filler.fill(b.stream, b.hidden.ptr(), M * K, dt, 1, 1.f);
+  if (spec_.has_bias) {
+    b.b1 = DeviceBuffer(api, EL * R * 4);
+    b.b2 = DeviceBuffer(api, EL * K * 4);
+    filler.fill(b.stream, b.b1.ptr(), EL * R, ScalarType::F32, 2, 0.5f);
+    filler.fill(b.stream, b.b2.ptr(), EL * K, ScalarType::F32, 3, 0.5f);
+  }
+  b.correction_bias = DeviceBuffer(api, E * 4);
+  filler.fill(b.stream, b.correction_bias.ptr(), E, ScalarType::F32, 4, 0.1f);
+  if (EL < E) {
+    std::vector<int> map(E, -1);
+    for (std::size_t i = 0; i < EL; ++i) map[(i * E) / EL] = static_cast<int>(i);  // spread over the range
+    b.expert_map = DeviceBuffer::from(api, map);
+  }
+  for (int set = 0; set < kLogitSets; ++set) {
+    std::vector<float> f32;
+    auto bits = logits_bits(spec_, b.max_m, set >= 2, 1000 + set, &f32);
+    b.logits.push_back(f32.empty() ? DeviceBuffer::from(api, bits) : DeviceBuffer::from(api, f32));
+  }
+  b.out = DeviceBuffer(api, M * K * 2);
+  b.workspace = DeviceBuffer(api, b.layer->workspace_bytes(b.max_m));
+  MOEJIT_CHECK_CU(api, Launch, cuStreamSynchronize(b.stream));
+  bandwidth_ = measure_copy_bandwidth(api);
+  std::string why;
+  gemm_rate_ = measure_gemm_rate(api, filler, &why);
+  if (gemm_rate_ == 0) log(LogLevel::Info, "tune: floors use bandwidth only ({})", why);
+
+  // A rough count of the candidates for the progress estimate.
+  int total = 0;
+  for (int m : options_.batches) {
+    const int bm = heuristic_tile_config(spec_, m).block_m;
+    total += static_cast<int>(candidate_block_ms(spec_, m).size() + candidate_tiles(spec_, bm, true, limits).size() +
+                              candidate_tiles(spec_, bm, false, limits).size());
+  }
+  int done = 0;
+  std::vector<TuneResult> results;
+  for (int m : options_.batches) {
+    TuneResult r;
+    r.m = m;
+    r.heuristic = heuristic_tile_config(spec_, m);
+    r.floor_us = floor_us(m);
+    MoeTileConfig best = r.heuristic;
+    double best_us = -1;
+    // Times a list of candidates (compiling ahead in the background), keeps the fastest.
+    auto try_all = [&](const std::vector<MoeTileConfig>& candidates, const char* stage) {
+      std::vector<std::future<void>> compiles;
+      for (const auto& c : candidates)
+        compiles.push_back(std::async(std::launch::async, [&, c] { runtime_.compile_all(moe_expert_kernel_specs(spec_, c, arch)); }));
+      for (std::size_t i = 0; i < candidates.size(); ++i) {
+        const bool over = options_.budget_s > 0 && elapsed() > options_.budget_s && best_us > 0;
+        double us = -1;
+        if (!over) {
+          try {
+            compiles[i].get();
+            us = time_config(m, candidates[i]);
+          } catch (const Error& e) {
+            log(LogLevel::Warn, "tune: M={} config {} does not compile: {}", m, candidates[i].describe(), e.message());
+          }
+        } else {
+          compiles[i].wait();
+        }
+        if (us < 0) {
+          ++r.skipped;
+        } else {
+          ++r.timed;
+          if (candidates[i] == r.heuristic) r.heuristic_us = us;
+          if (best_us < 0 || us < best_us) {
+            best_us = us;
+            best = candidates[i];
+          }
+        }
+        ++done;
+        if (options_.progress)
+          options_.progress(done, std::max(total, done), elapsed(), fmt::format("M={} {} {}", m, stage, candidates[i].describe()));
+      }
+    };
+    std::vector<MoeTileConfig> by_block_m = {r.heuristic};
+    for (int bm : candidate_block_ms(spec_, m)) {
+      const MoeTileConfig c = heuristic_config_for_block_m(spec_, bm);
+      if (std::find(by_block_m.begin(), by_block_m.end(), c) == by_block_m.end() && config_fits(spec_, c, limits))
+        by_block_m.push_back(c);
+    }
+    try_all(by_block_m, "block_m");
+    for (bool gemm1 : {true, false}) {
+      std::vector<MoeTileConfig> tiles;
+      for (const auto& t : candidate_tiles(spec_, best.block_m, gemm1, limits)) {
+        MoeTileConfig c = best;
+        (gemm1 ? c.gemm1 : c.gemm2) = t;
+        if (!(c == best)) tiles.push_back(c);
+      }
+      try_all(tiles, gemm1 ? "gemm1" : "gemm2");
+    }
+    if (best_us < 0) throw Error(Phase::Tune, fmt::format("tune: no config ran for M={} (see the warnings)", m));
+    r.config = best;
+    r.us = best_us;
+    results.push_back(r);
+  }
+  return results;
+}
+
+TunedDb MoeTuner::to_db(const std::vector<TuneResult>& results) {
+  TunedDb db(runtime_.db_metadata());
+  const std::string key = tuned_shape_key(spec_);
+  for (const auto& r : results) db.set(key, {r.m, r.config, r.us});
+  return db;
+}
+
+}  // namespace moejit
