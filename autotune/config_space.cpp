@@ -25,8 +25,10 @@ std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens) {
   std::vector<int> out;
   // From a quarter to twice the expected rows: smaller tiles waste less padding, larger ones
   // re-read less of the weights.
+  const long long lower = std::min<long long>(std::max<long long>(16, expected / 4), kBlockMs[3]);
+  const long long upper = std::max<long long>(16, 2 * expected);
   for (int bm : kBlockMs)
-    if ((bm <= 16 || bm >= expected / 4) && (bm <= std::max<long long>(16, 2 * expected))) out.push_back(bm);
+    if (bm >= lower && bm <= upper) out.push_back(bm);
   return out;
 }
 

@@ -1,0 +1,173 @@
+// Autotuner pieces that need no GPU: the pruned config space, the tuned DB (round trip, exact /
+// nearest / missing lookups, metadata rules, corrupt files, concurrent writers), MoeSpec as JSON.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <thread>
+
+#include "autotune/config_space.h"
+#include "autotune/tuned_db.h"
+#include "common/files.h"
+#include "jit/families.h"
+#include "runtime/moe_layer.h"
+#include "support/test_support.h"
+
+using namespace moejit;
+using namespace moejit::test;
+
+namespace {
+MoeSpec qwen3() {
+  MoeSpec s;
+  s.num_experts = 128;
+  s.top_k = 8;
+  s.hidden = 2048;
+  s.intermediate = 768;
+  return s;
+}
+
+DbMetadata h200() {
+  DbMetadata m;
+  m.moejit_version = MOEJIT_VERSION_STRING;
+  m.schema = TunedDb::kSchema;
+  m.nvrtc_version = "13.0";
+  m.device_name = "NVIDIA H200";
+  m.sm_count = 132;
+  m.arch = "sm_90a";
+  return m;
+}
+
+MoeTileConfig config_with(int block_m, int gemm1_n) {
+  MoeTileConfig c = heuristic_config_for_block_m(qwen3(), block_m);
+  c.gemm1.block_n = gemm1_n;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("autotune: the config space is pruned before compiling") {
+  const MoeSpec s = qwen3();
+  CHECK(candidate_block_ms(s, 1) == std::vector<int>{16});
+  const auto big = candidate_block_ms(s, 8192);  // 512 rows per expert
+  CHECK(std::find(big.begin(), big.end(), 128) != big.end());
+  CHECK(std::find(big.begin(), big.end(), 16) == big.end());
+  for (const DeviceLimits& limits : {DeviceLimits{227 * 1024, "sm_90a"}, DeviceLimits{64 * 1024, "sm_80"}})
+    for (int bm : {16, 32, 64, 128})
+      for (bool gemm1 : {true, false}) {
+        const auto tiles = candidate_tiles(s, bm, gemm1, limits);
+        CHECK(!tiles.empty());
+        for (const auto& t : tiles) {
+          MoeTileConfig c = heuristic_config_for_block_m(s, bm);
+          (gemm1 ? c.gemm1 : c.gemm2) = t;
+          std::string why;
+          // Only the tile under test is pruned; the fixed other GEMM may itself exceed a small limit.
+          const bool other_fits = config_fits(s, heuristic_config_for_block_m(s, bm), limits);
+          if (other_fits) CHECK_MESSAGE(config_fits(s, c, limits, &why), why);
+          for (const auto& spec : moe_expert_kernel_specs(s, c, limits.arch))
+            if (spec.family == "moe_gemm" && other_fits) CHECK(spec.get_int("smem_bytes") <= limits.max_shared_optin);
+        }
+      }
+  // Tiles wider than the output are not candidates: N=72 never gets 256 columns.
+  MoeSpec narrow = s;
+  narrow.intermediate = 72;
+  for (const auto& t : candidate_tiles(narrow, 16, true, {})) CHECK(t.block_n <= 128);
+}
+
+TEST_CASE("autotune: tuned DB round trip, exact / nearest / missing lookups") {
+  ScratchDir dir("tuned-db");
+  const auto path = dir.path() / "db.json";
+  const std::string key = tuned_shape_key(qwen3());
+  TunedDb db(h200());
+  db.set(key, {1, config_with(16, 32), 10.0});
+  db.set(key, {4, config_with(16, 64), 20.0});
+  db.set(key, {1024, config_with(128, 64), 300.0});
+  db.merge_into(path);
+  std::string warning;
+  TunedDb back = TunedDb::load(path, &warning);
+  CHECK(warning.empty());
+  CHECK(back.metadata().device_name == "NVIDIA H200");
+  CHECK(back.lookup(key, 1)->config == config_with(16, 32));                // exact
+  CHECK(back.lookup(key, 3)->m == 4);                                       // nearest in log2 M
+  CHECK(back.lookup(key, 2)->m == 1);                                       // tie: the smaller bucket
+  CHECK(back.lookup(key, 100000)->m == 1024);
+  CHECK(back.lookup(key, 1024)->us == 300.0);
+  CHECK_FALSE(back.lookup("E=1 other shape", 1).has_value());              // -> the heuristic
+  CHECK(back.buckets(key).size() == 3);
+  // Merging keeps what the file had and replaces the same bucket.
+  TunedDb more(h200());
+  more.set(key, {4, config_with(32, 64), 15.0});
+  more.set("another", {8, config_with(16, 64), 1.0});
+  more.merge_into(path);
+  TunedDb merged = TunedDb::load(path, &warning);
+  CHECK(merged.buckets(key).size() == 3);
+  CHECK(merged.lookup(key, 4)->config == config_with(32, 64));
+  CHECK(merged.lookup("another", 8).has_value());
+}
+
+TEST_CASE("autotune: DB metadata rules, corrupt files, bad entries") {
+  TunedDb db(h200());
+  DbMetadata now = h200();
+  CHECK(db.match(now) == DbMatch::Same);
+  now.moejit_version = "9.9.9";
+  CHECK(db.match(now) == DbMatch::Stale);  // soft: used, re-tune advised
+  now = h200();
+  now.nvrtc_version = "13.1";
+  CHECK(db.match(now) == DbMatch::Stale);
+  now = h200();
+  now.device_name = "NVIDIA H100 80GB HBM3";
+  CHECK(db.match(now) == DbMatch::OtherDevice);  // hard: ignored
+  now = h200();
+  now.arch = "sm_100a";
+  CHECK(db.match(now) == DbMatch::OtherDevice);
+
+  std::string warning;
+  TunedDb corrupt = TunedDb::parse("{\"metadata\": {", "corrupt.json", &warning);
+  CHECK(corrupt.empty());
+  CHECK(warning.find("unreadable") != std::string::npos);
+  warning.clear();
+  nlohmann::json j = TunedDb(h200()).to_json();
+  j["entries"]["k"]["16"] = {{"config", tile_config_to_json(config_with(16, 64))}, {"us", 3.0}};
+  j["entries"]["k"]["32"] = {{"config", {{"block_m", 48}}}, {"us", 3.0}};  // malformed
+  j["entries"]["k"]["x"] = {{"config", tile_config_to_json(config_with(16, 64))}};
+  TunedDb partial = TunedDb::parse(j.dump(), "partial.json", &warning);
+  CHECK(partial.buckets("k").size() == 1);
+  CHECK(warning.find("2 malformed entries") != std::string::npos);
+  warning.clear();
+  CHECK(TunedDb::load("/nonexistent/dir/db.json", &warning).empty());  // missing: empty, no warning
+  CHECK(warning.empty());
+}
+
+TEST_CASE("autotune: two concurrent writers lose nothing") {
+  ScratchDir dir("tuned-db-race");
+  const auto path = dir.path() / "db.json";
+  constexpr int kPerWriter = 40;
+  auto writer = [&](int id) {
+    for (int i = 0; i < kPerWriter; ++i) {
+      TunedDb db(h200());
+      db.set(fmt::format("writer{}", id), {i + 1, config_with(16, 64), double(i)});
+      db.merge_into(path);
+    }
+  };
+  std::thread a(writer, 0), b(writer, 1);
+  a.join();
+  b.join();
+  std::string warning;
+  TunedDb db = TunedDb::load(path, &warning);
+  CHECK(warning.empty());
+  CHECK(db.buckets("writer0").size() == kPerWriter);
+  CHECK(db.buckets("writer1").size() == kPerWriter);
+}
+
+TEST_CASE("MoeSpec as JSON: round trip, unknown fields rejected") {
+  MoeSpec s = qwen3();
+  s.activation = kActSwigluOai;
+  s.has_bias = true;
+  s.reduce = ReduceMode::Deterministic;
+  s.num_local_experts = 64;
+  const MoeSpec back = MoeSpec::from_json(s.to_json());
+  CHECK(back.to_json() == s.to_json());
+  CHECK(tuned_shape_key(back) == tuned_shape_key(s));
+  CHECK_THROWS_WITH_AS(MoeSpec::from_json({{"num_experts", 8}, {"top_k", 2}, {"hidden", 64}, {"intermediate", 64},
+                                           {"topk", 3}}),
+                       doctest::Contains("unknown field 'topk'"), Error);
+  CHECK_THROWS_WITH_AS(MoeSpec::from_json({{"num_experts", 8}, {"top_k", 2}}), doctest::Contains("'hidden' is required"),
+                       Error);
+}

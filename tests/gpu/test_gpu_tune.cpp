@@ -1,0 +1,62 @@
+// A small end-to-end tune on the GPU: the tuner finds configs no slower than the heuristic, writes
+// them into a DB, and a new Runtime's MoeLayer picks them up in prepare() and computes correctly.
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "autotune/tuner.h"
+#include "moe_gpu_util.h"
+#include "support/test_support.h"
+
+using namespace moejit;
+using namespace moejit::test;
+
+TEST_CASE("gpu tune: small end-to-end tune, DB written, layer uses it") {
+  ScratchDir dir("gpu-tune");
+  Options options = test_options(dir.path() / "cache");
+  options.tuned_db = dir.path() / "tuned.json";
+  Runtime rt(options);
+  if (!gpu_or_skip(rt, "gpu tune")) return;
+  MoeSpec spec;
+  spec.num_experts = 16;
+  spec.top_k = 2;
+  spec.hidden = 256;
+  spec.intermediate = 128;
+  TuneOptions to;
+  to.batches = {1, 64, 512};
+  to.budget_s = 60;
+  const auto start = std::chrono::steady_clock::now();
+  MoeTuner tuner(rt, spec, to);
+  const auto results = tuner.run();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  REQUIRE(results.size() == 3);
+  for (const auto& r : results) {
+    INFO(fmt::format("M={} best {} {:.2f} us, heuristic {:.2f} us, {} timed, {} skipped", r.m, r.config.describe(),
+                     r.us, r.heuristic_us, r.timed, r.skipped));
+    CHECK(r.us > 0);
+    CHECK(r.heuristic_us > 0);
+    CHECK(r.us <= r.heuristic_us);  // the heuristic is a candidate: never slower than the fallback
+    CHECK(r.timed >= 3);
+    MESSAGE(fmt::format("M={}: {} {:.2f} us (heuristic {:.2f} us), floor {:.2f} us, {} candidates", r.m,
+                        r.config.describe(), r.us, r.heuristic_us, r.floor_us, r.timed));
+  }
+  MESSAGE(fmt::format("tuned 3 batch sizes in {:.1f} s", seconds));
+  tuner.to_db(results).merge_into(options.tuned_db);
+
+  Runtime fresh(options);  // reads the DB like an engine would
+  MoeLayer layer(fresh, spec);
+  layer.prepare(512);
+  CHECK(layer.tuned());
+  CHECK(layer.tile_config(64) == results[1].config);
+  CHECK(layer.tile_config(48) == results[1].config);  // nearest bucket
+  auto problem = std::make_unique<MoeProblem>(fresh.driver(), spec, 512, layer.workspace_bytes(512), 3);
+  for (int m : {1, 64, 512}) {
+    problem->poison();
+    layer.forward(nullptr, problem->args(m, true));
+    problem->use_generated_topk();
+    const double err = problem->relative_error(problem->output(m), MoeProblem::sample_tokens(m, 64));
+    INFO(fmt::format("M={} tuned {} relative error {:.3e}", m, layer.tile_config(m).describe(), err));
+    CHECK(within_band(err));
+  }
+}
