@@ -96,13 +96,26 @@ MoeTuner::~MoeTuner() {
   if (buffers_ && buffers_->stream) runtime_.driver().cuStreamDestroy(buffers_->stream);
 }
 
-double MoeTuner::floor_us(int m) const {
-  const double EL = spec_.local_experts(), k = spec_.top_k, E = spec_.num_experts;
+double MoeTuner::floor_us(int m) {
+  Buffers& b = *buffers_;
+  auto& api = runtime_.driver();
+  const std::size_t EL = spec_.local_experts();
+  const MoeTileConfig config = heuristic_tile_config(spec_, m);
+  double touched = 0;
+  for (int set = 0; set < kLogitSets; ++set) {
+    const MoeForwardArgs args = b.args(spec_, m, set);
+    b.layer->forward_with_config(b.stream, args, config);
+    MOEJIT_CHECK_CU(api, Launch, cuStreamSynchronize(b.stream));
+    std::vector<int> counts(EL);
+    MOEJIT_CHECK_CU(api, Launch,
+                    cuMemcpyDtoH(counts.data(), reinterpret_cast<CUdeviceptr>(b.layer->routing_result(args).sort.expert_counts),
+                                 EL * sizeof(int)));
+    touched += std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; });
+  }
+  touched /= kLogitSets;
   const double R = spec_.w1_rows(), K = spec_.hidden, N = spec_.intermediate;
-  // Expected distinct local experts hit by m tokens choosing k of E uniformly.
-  const double touched = EL * (1.0 - std::pow(1.0 - k / E, m));
   const double bytes = touched * (R * K + K * N) * 2 + 2.0 * m * K * 2;
-  const double flops = 2.0 * m * k * (R * K + K * N) * (EL / E);
+  const double flops = 2.0 * m * spec_.top_k * (R * K + K * N) * (double(EL) / spec_.num_experts);
   return std::max(bytes / bandwidth_, gemm_rate_ > 0 ? flops / gemm_rate_ : 0.0) * 1e6;
 }
 

@@ -37,7 +37,8 @@ struct TuneResult {
   double us = 0;
   MoeTileConfig heuristic;
   double heuristic_us = 0;
-  double floor_us = 0;           // max(bytes / bandwidth, flops / GEMM rate), measured ceilings
+  double floor_us = 0;           // max(bytes / bandwidth, flops / GEMM rate), measured ceilings,
+                                 // over the experts the four logit sets touch (mean)
   int timed = 0, skipped = 0;    // candidates
 };
 
@@ -53,7 +54,7 @@ class MoeTuner {
  private:
   struct Buffers;
   double time_config(int m, const MoeTileConfig& config);  // us; < 0 when the candidate failed
-  double floor_us(int m) const;
+  double floor_us(int m);  // from the experts the device's routing actually touches at m
 
   Runtime& runtime_;
   MoeSpec spec_;
