@@ -32,7 +32,7 @@ __device__ inline int swizzle(int r, int c) {
 }  // namespace moe_gemm_detail
 
 template <int ROLE, int DTYPE, int ACT, int BLOCK_M, int BLOCK_N, int BLOCK_K, int WARPS_M, int WARPS_N, int STAGES>
-__global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) moe_gemm_kernel(const MoeGemmArgs args) {
+__global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(const MoeGemmArgs args) {
   using namespace moe_gemm_detail;
   constexpr bool GATED = activation_is_gated(ACT);
   constexpr bool INTERLEAVED = activation_is_interleaved(ACT);

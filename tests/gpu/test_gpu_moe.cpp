@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "moe_gpu_util.h"
+#include "autotune/tuned_db.h"
 #include "support/moe_cases.h"
 #include "support/test_support.h"
 
@@ -97,4 +98,32 @@ TEST_CASE("gpu moe: reduced suite (for compute-sanitizer)") {
     INFO(fmt::format("{} relative error {:.3e}", c.name, err));
     CHECK(within_band(err));
   }
+}
+
+TEST_CASE("gpu moe: every tile config the tuner may pick computes the same function") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe tile sweep")) return;
+  const auto cases = moe_tile_sweep_cases();
+  std::vector<KernelSpec> specs;
+  for (const auto& c : cases)
+    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch())) specs.push_back(std::move(s));
+  rt.compile_all(specs);  // in parallel, before timing-free checks
+  const int m = 200;      // ~50 rows per expert: several tiles per expert for small block_m
+  std::unique_ptr<MoeRun> run;
+  MoeSpec current{};
+  int checked = 0;
+  for (const auto& c : cases) {
+    if (!run || tuned_shape_key(current) != tuned_shape_key(c.spec)) {
+      run = std::make_unique<MoeRun>(make_moe_run(rt, c.spec, m, 77));
+      current = c.spec;
+    }
+    run->problem->poison();
+    run->layer->forward_with_config(nullptr, run->problem->args(m, true), c.config);
+    run->problem->use_generated_topk();
+    const double err = run->problem->relative_error(run->problem->output(m), MoeProblem::sample_tokens(m, 64));
+    INFO(fmt::format("{} config {} relative error {:.3e}", c.spec.describe(), c.config.describe(), err));
+    CHECK(within_band(err));
+    ++checked;
+  }
+  MESSAGE(fmt::format("{} tile configs checked against the fp64 reference", checked));
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "autotune/config_space.h"
 #include "jit/moe_names.h"
 
 namespace moejit::test {
@@ -107,6 +108,34 @@ std::vector<MoeCase> moe_mode_cases() {
   MoeSpec unfused = det;
   unfused.fused = false;
   out.push_back({"unfused hooks", unfused, {64}});
+  return out;
+}
+
+std::vector<MoeTileCase> moe_tile_sweep_cases() {
+  MoeSpec gated;  // K and N tails for every block_n / block_k
+  gated.num_experts = 12;
+  gated.top_k = 3;
+  gated.hidden = 200;
+  gated.intermediate = 72;
+  gated.activation = kActSwigluOai;
+  gated.has_bias = true;
+  MoeSpec single = gated;  // one accumulator set, wider output
+  single.activation = kActRelu2;
+  single.intermediate = 328;
+  single.has_bias = false;
+  single.reduce = ReduceMode::Deterministic;
+  const DeviceLimits limits{227 * 1024, "sm_90a"};
+  std::vector<MoeTileCase> out;
+  for (const MoeSpec& spec : {gated, single})
+    for (int bm : {16, 32, 64, 128}) {
+      const MoeTileConfig base = heuristic_config_for_block_m(spec, bm);
+      for (bool gemm1 : {true, false})
+        for (const auto& t : candidate_tiles(spec, bm, gemm1, limits)) {
+          MoeTileConfig c = base;
+          (gemm1 ? c.gemm1 : c.gemm2) = t;
+          out.push_back({spec, c});
+        }
+    }
   return out;
 }
 

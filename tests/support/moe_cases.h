@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "autotune/moe_heuristic.h"
 #include "runtime/moe_spec.h"
 
 namespace moejit::test {
@@ -22,5 +23,13 @@ std::vector<MoeCase> moe_matrix_cases();
 std::vector<MoeCase> moe_model_cases();
 // Expert parallelism, determinism, graphs, hooks.
 std::vector<MoeCase> moe_mode_cases();
+
+// Every tile config the tuner may pick (for a device with 227 KiB of shared memory per CTA), on
+// layers with K and N tails, gated and not: each must compute the same function.
+struct MoeTileCase {
+  MoeSpec spec;
+  MoeTileConfig config;
+};
+std::vector<MoeTileCase> moe_tile_sweep_cases();
 
 }  // namespace moejit::test
