@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "jit/families.h"
 #include "runtime/moe_layer.h"
+#include "templates/moe/moe_gemm_args.cuh"
 
 namespace moejit {
 
@@ -44,7 +45,8 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m) {
 bool config_fits(const MoeSpec& spec, const MoeTileConfig& config, const DeviceLimits& limits, std::string* why) {
   try {
     for (const auto& s : moe_expert_kernel_specs(spec, config, limits.arch))
-      if (s.family == "moe_gemm" && s.get_int("smem_bytes") > limits.max_shared_optin) {
+      if (s.family == "moe_gemm" &&
+          s.get_int("smem_bytes") + moe_gemm_static_smem_bytes(config.block_m) > limits.max_shared_optin) {
         if (why) *why = "shared memory over the device limit";
         return false;
       }

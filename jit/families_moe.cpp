@@ -77,9 +77,10 @@ FamilyInfo moe_gemm_family() {
                               "registers would spill",
                               accumulators, bm, bn, gated ? " gated" : "", wm, wn, kMaxAccumulatorsPerThread));
     const std::int64_t smem = moe_gemm_smem_bytes(int(bm), int(bn), int(bk), int(stages), gated);
-    if (smem > kMaxSharedBytes)
+    const std::int64_t total = smem + moe_gemm_static_smem_bytes(int(bm));
+    if (total > kMaxSharedBytes)
       throw Error(Phase::Validate,
-                  fmt::format("moe_gemm: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)", smem,
+                  fmt::format("moe_gemm: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)", total,
                               kMaxSharedBytes));
     s.params["threads"] = 32 * wm * wn;
     s.params["smem_bytes"] = smem;

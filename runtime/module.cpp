@@ -1,6 +1,12 @@
 #include "runtime/module.h"
 
+#include <algorithm>
+
 namespace moejit {
+
+namespace {
+constexpr int kDefaultSharedBytes = 48 * 1024;
+}  // namespace
 
 Kernel::Kernel(std::shared_ptr<DriverApi> api, CUfunction fn, std::string name)
     : api_(std::move(api)), fn_(fn), name_(std::move(name)) {
@@ -11,6 +17,10 @@ Kernel::Kernel(std::shared_ptr<DriverApi> api, CUfunction fn, std::string name)
   };
   resources_.registers = attr(CU_FUNC_ATTRIBUTE_NUM_REGS);
   resources_.static_shared_bytes = attr(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES);
+  // Without opting in, static + dynamic shared memory must fit in 48 KiB; what a kernel may ask for
+  // dynamically before raising its limit is what its static part leaves (a kernel with 1.5 KiB of
+  // static arrays and exactly 48 KiB dynamic failed to launch with CUDA_ERROR_INVALID_VALUE).
+  dynamic_shared_limit_ = std::max(0, kDefaultSharedBytes - resources_.static_shared_bytes);
   resources_.local_bytes = attr(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES);
   resources_.const_bytes = attr(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES);
   resources_.max_threads_per_block = attr(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
@@ -26,9 +36,12 @@ void Kernel::launch_raw(CUstream stream, const LaunchShape& s, void** params) co
   if (s.grid_x == 0 || s.grid_y == 0 || s.grid_z == 0)
     throw Error(Phase::Launch, fmt::format("{}: empty grid {}x{}x{}", name_, s.grid_x, s.grid_y, s.grid_z));
   if (static_cast<int>(s.dynamic_shared_bytes) > dynamic_shared_limit_) {
-    MOEJIT_CHECK_CU(*api_, Launch,
-                    cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                       static_cast<int>(s.dynamic_shared_bytes)));
+    const CUresult r = api_->cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                static_cast<int>(s.dynamic_shared_bytes));
+    if (r != CUDA_SUCCESS)
+      throw Error(Phase::Launch, fmt::format("{}: {} bytes of dynamic shared memory (+ {} static) exceed what the "
+                                             "device allows: {}", name_, s.dynamic_shared_bytes,
+                                             resources_.static_shared_bytes, api_->error_name(r)));
     dynamic_shared_limit_ = static_cast<int>(s.dynamic_shared_bytes);
   }
   MOEJIT_CHECK_CU(*api_, Launch,

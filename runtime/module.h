@@ -51,7 +51,7 @@ class Kernel {
   CUfunction fn_;
   std::string name_;
   KernelResources resources_;
-  mutable int dynamic_shared_limit_ = 48 * 1024;
+  mutable int dynamic_shared_limit_ = 0;  // dynamic bytes allowed now (set in the constructor)
 };
 
 class Module {

@@ -88,8 +88,9 @@ void MoeLayer::load_tuned() {
   for (const auto& e : runtime_.tuned_entries(tuned_shape_key(spec_))) {
     try {
       for (const auto& s : moe_expert_kernel_specs(spec_, e.config, arch))
-        MOEJIT_REQUIRE(s.family != "moe_gemm" || s.get_int("smem_bytes") <= smem_limit,
-                       "needs {} bytes of shared memory, the device allows {}", s.get_int("smem_bytes"), smem_limit);
+        MOEJIT_REQUIRE(
+            s.family != "moe_gemm" || s.get_int("smem_bytes") + moe_gemm_static_smem_bytes(e.config.block_m) <= smem_limit,
+            "needs {} bytes of shared memory, the device allows {}", s.get_int("smem_bytes"), smem_limit);
       usable.push_back(e);
     } catch (const Error& err) {
       log(LogLevel::Warn, "moe: tuned config {} for M={} is not usable here ({}); using the heuristic there",

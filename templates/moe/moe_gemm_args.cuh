@@ -49,4 +49,8 @@ MOEJIT_HOST_DEVICE constexpr int moe_gemm_smem_bytes(int block_m, int block_n, i
   return stages * (block_m + (gated ? 2 : 1) * block_n) * block_k * 2;
 }
 
+// Static shared memory of one instance: the per-row slot, A row and router weight arrays
+// (s_slot, s_arow, s_weight in moe_gemm_sm80.cuh: 3 x 4 bytes per row).
+MOEJIT_HOST_DEVICE constexpr int moe_gemm_static_smem_bytes(int block_m) { return 12 * block_m; }
+
 }  // namespace moejit

@@ -65,6 +65,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   __shared__ int s_slot[BLOCK_M];     // token * top_k + slot, -1 = padding row
   __shared__ int s_arow[BLOCK_M];     // row of A to read, -1 = zeros
   __shared__ float s_weight[BLOCK_M];
+  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) == moe_gemm_static_smem_bytes(BLOCK_M),
+                "the host sizes shared memory with moe_gemm_static_smem_bytes");
 
   for (int i = tid; i < BLOCK_M; i += THREADS) {
     const int g = args.gather_index[row0 + i];
