@@ -58,6 +58,25 @@ ParamDesc bool_param(std::string name, std::string tname, std::string doc, bool 
 
 namespace {
 
+// Checks shared by the families that select experts (routing_topk, routing_fused); sets
+// experts_per_lane.
+void derive_topk_selection(KernelSpec& s, const char* family_name) {
+  const std::int64_t e = s.get_int("num_experts"), k = s.get_int("top_k");
+  const std::int64_t groups = s.get_int("n_group"), kept = s.get_int("topk_group");
+  if (k > e) throw Error(Phase::Validate, fmt::format("{}: top_k = {} exceeds num_experts = {}", family_name, k, e));
+  if (e % groups != 0)
+    throw Error(Phase::Validate,
+                fmt::format("{}: num_experts = {} is not divisible by n_group = {}", family_name, e, groups));
+  if (kept > groups)
+    throw Error(Phase::Validate, fmt::format("{}: topk_group = {} exceeds n_group = {}", family_name, kept, groups));
+  if (k > kept * (e / groups))
+    throw Error(Phase::Validate, fmt::format("{}: top_k = {} exceeds the {} experts of the {} kept groups",
+                                             family_name, k, kept * (e / groups), kept));
+  if (groups > 1 && s.get_string("scoring") == "softmax_after_topk")
+    throw Error(Phase::Validate, fmt::format("{}: grouped top-k needs softmax or sigmoid scoring", family_name));
+  s.params["experts_per_lane"] = (e + 31) / 32;
+}
+
 // routing_topk: one warp per token, experts spread over the 32 lanes.
 FamilyInfo routing_topk_family() {
   FamilyInfo f;
@@ -81,20 +100,30 @@ FamilyInfo routing_topk_family() {
   };
   f.entries = {{"topk", "moejit::routing_topk_kernel", "moejit::RoutingTopkArgs"}};
   f.derive = [](KernelSpec& s) {
-    const std::int64_t e = s.get_int("num_experts"), k = s.get_int("top_k");
-    const std::int64_t groups = s.get_int("n_group"), kept = s.get_int("topk_group");
-    if (k > e) throw Error(Phase::Validate, fmt::format("routing_topk: top_k = {} exceeds num_experts = {}", k, e));
-    if (e % groups != 0)
-      throw Error(Phase::Validate, fmt::format("routing_topk: num_experts = {} is not divisible by n_group = {}", e, groups));
-    if (kept > groups)
-      throw Error(Phase::Validate, fmt::format("routing_topk: topk_group = {} exceeds n_group = {}", kept, groups));
-    if (k > kept * (e / groups))
-      throw Error(Phase::Validate, fmt::format("routing_topk: top_k = {} exceeds the {} experts of the {} kept groups",
-                                               k, kept * (e / groups), kept));
-    if (groups > 1 && s.get_string("scoring") == "softmax_after_topk")
-      throw Error(Phase::Validate, "routing_topk: grouped top-k needs softmax or sigmoid scoring");
-    s.params["experts_per_lane"] = (e + 31) / 32;
+    derive_topk_selection(s, "routing_topk");
     s.params["warps"] = std::int64_t(4);
+  };
+  return f;
+}
+
+// routing_fused: the whole routing of up to `tokens` tokens in one CTA and one launch.
+FamilyInfo routing_fused_family() {
+  FamilyInfo f = routing_topk_family();
+  f.name = "routing_fused";
+  f.header = "routing/routing_fused.cuh";
+  f.doc = "small batches: top-k + routing metadata in one CTA, one launch";
+  f.params.pop_back();  // no "warps": the CTA is 512 threads
+  f.params.push_back(int_param("tokens", "TOKENS", "most tokens one launch handles", 32, 1, 256));
+  f.params.push_back(derived_int("padded", "PADDED", "bitonic sort width = next_pow2(tokens * top_k)"));
+  f.entries = {{"route", "moejit::routing_fused_kernel", "moejit::RoutingFusedArgs"}};
+  f.derive = [](KernelSpec& s) {
+    derive_topk_selection(s, "routing_fused");
+    const std::int64_t keys = s.get_int("tokens") * s.get_int("top_k");
+    if (keys > 1024)
+      throw Error(Phase::Validate, fmt::format("routing_fused: tokens * top_k = {} exceeds 1024 keys per CTA", keys));
+    if (s.get_int("num_experts") > 1024)
+      throw Error(Phase::Validate, "routing_fused: more than 1024 experts");
+    s.params["padded"] = next_pow2(keys);
   };
   return f;
 }
@@ -170,7 +199,8 @@ void check_value(const FamilyInfo& f, const ParamDesc& p, const ParamValue& v) {
 }  // namespace
 
 const std::vector<FamilyInfo>& families() {
-  static const std::vector<FamilyInfo> kFamilies = {routing_topk_family(), routing_sort_family(), moe_gemm_family(),
+  static const std::vector<FamilyInfo> kFamilies = {routing_topk_family(), routing_fused_family(), routing_sort_family(),
+                                                     moe_gemm_family(),
                                                      moe_activation_family(), moe_reduce_family(),
                                                      fill_random_family()};
   return kFamilies;

@@ -58,7 +58,17 @@ KernelSpec routing_topk_spec(const RouterConfig& c, const std::string& arch) {
                          {"logit_dtype", std::string(logit_name(c.logit_type))}}});
 }
 
+KernelSpec routing_fused_spec(const RouterConfig& c, const std::string& arch) {
+  KernelSpec s = routing_topk_spec(c, arch);
+  s.family = "routing_fused";
+  s.params.erase("warps");
+  s.params.erase("experts_per_lane");
+  s.params["tokens"] = std::int64_t(kRouterFusedTokens);
+  return complete_spec(std::move(s));
+}
+
 KernelSpec Router::topk_spec(const std::string& arch) const { return routing_topk_spec(config_, arch); }
+KernelSpec Router::fused_spec(const std::string& arch) const { return routing_fused_spec(config_, arch); }
 
 std::size_t Router::workspace_bytes(int max_tokens) const {
   const std::size_t slots = std::size_t(std::max(max_tokens, 0)) * config_.top_k;
@@ -77,6 +87,7 @@ RoutingResult Router::carve(CUdeviceptr workspace, int max_tokens) const {
 
 void Router::prepare() {
   if (!topk_module_) topk_module_ = runtime_.load(topk_spec(runtime_.device_arch()));
+  if (!fused_module_) fused_module_ = runtime_.load(fused_spec(runtime_.device_arch()));
   sorter_.prepare();
 }
 
@@ -92,16 +103,26 @@ void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CU
   MOEJIT_REQUIRE(correction_bias % 4 == 0, "routing: correction_bias must be 4-byte aligned");
   MOEJIT_REQUIRE(out.topk_ids != nullptr && out.topk_weights != nullptr, "routing: result was not carved");
   prepare();
+  RoutingTopkArgs a{};
+  a.logits = reinterpret_cast<const void*>(logits);
+  a.row_stride = row_stride;
+  a.correction_bias = reinterpret_cast<const float*>(correction_bias);
+  a.num_tokens = num_tokens;
+  a.num_experts = config_.num_experts;
+  a.routed_scaling_factor = config_.routed_scaling_factor;
+  a.topk_ids = out.topk_ids;
+  a.topk_weights = out.topk_weights;
+  const int local_experts = config_.num_local_experts < 0 ? config_.num_experts : config_.num_local_experts;
+  if (num_tokens > 0 && num_tokens <= kRouterFusedTokens && local_experts <= kRouterFusedMaxLocalExperts) {
+    RoutingFusedArgs f{a, sorter_.make_args(reinterpret_cast<CUdeviceptr>(out.topk_ids), expert_map, num_tokens,
+                                            max_tokens, out.sort, block_m)};
+    f.sort.num_ctas = 1;
+    constexpr unsigned kThreads = 512;  // routing_fused_kernel's CTA
+    const unsigned smem = (2 * kThreads + config_.num_local_experts + 1 + 33) * sizeof(int);
+    fused_module_->kernel("route").launch(stream, {1, 1, 1, kThreads, 1, 1, smem}, f);
+    return;
+  }
   if (num_tokens > 0) {
-    RoutingTopkArgs a{};
-    a.logits = reinterpret_cast<const void*>(logits);
-    a.row_stride = row_stride;
-    a.correction_bias = reinterpret_cast<const float*>(correction_bias);
-    a.num_tokens = num_tokens;
-    a.num_experts = config_.num_experts;
-    a.routed_scaling_factor = config_.routed_scaling_factor;
-    a.topk_ids = out.topk_ids;
-    a.topk_weights = out.topk_weights;
     const unsigned warps = 4;  // the spec's derived "warps"
     topk_module_->kernel("topk").launch(stream, {unsigned((num_tokens + warps - 1) / warps), 1, 1, warps * 32, 1, 1, 0}, a);
   }

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "runtime/routing_sort_launcher.h"
+#include "templates/routing/routing_fused_args.cuh"
 
 namespace moejit {
 
@@ -34,6 +35,10 @@ struct RouterConfig {
 
 // The routing_topk spec a router configuration needs on `arch` (complete; throws Error(Validate)).
 KernelSpec routing_topk_spec(const RouterConfig& config, const std::string& arch);
+// The fused small-batch routing (top-k + metadata in one launch) for up to kRouterFusedTokens tokens.
+KernelSpec routing_fused_spec(const RouterConfig& config, const std::string& arch);
+constexpr int kRouterFusedTokens = 32;
+constexpr int kRouterFusedMaxLocalExperts = 512;  // the fused kernel's 512 threads scan one expert each
 
 struct RoutingResult {
   int* topk_ids = nullptr;        // [max_tokens, top_k]
@@ -46,6 +51,7 @@ class Router {
   Router(Runtime& runtime, RouterConfig config);  // validates; throws Error(Validate)
   const RouterConfig& config() const { return config_; }
   KernelSpec topk_spec(const std::string& arch) const;
+  KernelSpec fused_spec(const std::string& arch) const;
   RoutingSorter& sorter() { return sorter_; }
   const RoutingSorter& sorter() const { return sorter_; }
 
@@ -54,7 +60,9 @@ class Router {
   void prepare();
 
   // logits: [num_tokens, row_stride] of config.logit_type; correction_bias: [E] fp32 or 0;
-  // expert_map: [E] int32 or 0. M = 0 is a valid no-op that still writes zero totals.
+  // expert_map: [E] int32 or 0. M = 0 is a valid no-op that still writes zero totals. Up to
+  // kRouterFusedTokens tokens (and at most kRouterFusedMaxLocalExperts local experts) take one fused
+  // launch; more take top-k, then the three sort kernels.
   void route(CUstream stream, CUdeviceptr logits, long long row_stride, CUdeviceptr correction_bias,
              CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m = 0);
 
@@ -63,6 +71,7 @@ class Router {
   RouterConfig config_;
   RoutingSorter sorter_;
   std::shared_ptr<const Module> topk_module_;
+  std::shared_ptr<const Module> fused_module_;
 };
 
 // fp64 CPU reference of the top-k selection. logits: [num_tokens, num_experts]; bias empty = none.

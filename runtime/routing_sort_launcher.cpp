@@ -87,8 +87,8 @@ void RoutingSorter::prepare() {
   if (!module_) module_ = runtime_.load(spec(runtime_.device_arch()));
 }
 
-void RoutingSorter::run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr expert_map, int num_tokens,
-                        int max_tokens, const RoutingSortBuffers& b, int block_m) {
+RoutingSortArgs RoutingSorter::make_args(CUdeviceptr topk_ids, CUdeviceptr expert_map, int num_tokens, int max_tokens,
+                                         const RoutingSortBuffers& b, int block_m) const {
   if (block_m == 0) block_m = config_.block_m;
   MOEJIT_REQUIRE(block_m >= config_.min_block_m && block_m <= config_.block_m,
                  "routing: block_m = {} must be in [{}, {}] (the range the workspace was sized for)", block_m,
@@ -100,7 +100,6 @@ void RoutingSorter::run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr exper
                  "routing: num_local_experts = {} < num_experts = {} needs an expert_map",
                  config_.num_local_experts, config_.num_experts);
   MOEJIT_REQUIRE(b.totals != nullptr && b.gather_index != nullptr, "routing: buffers were not carved from a workspace");
-  prepare();
   RoutingSortArgs a{};
   a.topk_ids = reinterpret_cast<const int*>(topk_ids);
   a.expert_map = reinterpret_cast<const int*>(expert_map);
@@ -119,7 +118,13 @@ void RoutingSorter::run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr exper
   a.tile_rows = b.tile_rows;
   a.totals = b.totals;
   a.error_flags = b.error_flags;
+  return a;
+}
 
+void RoutingSorter::run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr expert_map, int num_tokens,
+                        int max_tokens, const RoutingSortBuffers& b, int block_m) {
+  const RoutingSortArgs a = make_args(topk_ids, expert_map, num_tokens, max_tokens, b, block_m);
+  prepare();
   const unsigned threads = static_cast<unsigned>(threads_);
   const unsigned e_bytes = static_cast<unsigned>(config_.num_local_experts * sizeof(int));
   auto& api = runtime_.driver();

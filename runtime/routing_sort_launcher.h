@@ -65,6 +65,10 @@ class RoutingSorter {
   // [min_block_m, block_m]: the capacities were sized for that range.
   void run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr expert_map, int num_tokens, int max_tokens,
            const RoutingSortBuffers& buffers, int block_m = 0);
+  // The kernels' arguments for such a run, validated (run() launches with these; the fused
+  // small-batch routing embeds them).
+  RoutingSortArgs make_args(CUdeviceptr topk_ids, CUdeviceptr expert_map, int num_tokens, int max_tokens,
+                            const RoutingSortBuffers& buffers, int block_m) const;
 
  private:
   RoutingSortBuffers layout(CUdeviceptr workspace, int max_tokens, std::size_t* total_bytes) const;

@@ -53,37 +53,39 @@ __device__ inline int local_expert(const RoutingSortArgs& a, int id) {
 
 }  // namespace routing_sort_detail
 
+// The three stages as device functions over one CTA's share (`cta`), so that the fused small-batch
+// kernel (routing_fused.cuh) runs them back to back in one CTA; the kernels below wrap them.
+namespace routing_sort_detail {
+
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
-__global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs a) {
-  using S = routing_sort_detail::Shape<TOPK, TOKENS_PER_CTA, PADDED>;
-  extern __shared__ int hist[];  // [E_local]
+__device__ inline void count_cta(const RoutingSortArgs& a, int cta, int* hist /* [E_local] shared */) {
+  using S = Shape<TOPK, TOKENS_PER_CTA, PADDED>;
   for (int e = threadIdx.x; e < a.num_local_experts; e += THREADS) hist[e] = 0;
   __syncthreads();
-  const long long base = static_cast<long long>(blockIdx.x) * S::BLOCK;
+  const long long base = static_cast<long long>(cta) * S::BLOCK;
   const long long total = static_cast<long long>(a.num_tokens) * TOPK;
   for (int i = threadIdx.x; i < S::BLOCK; i += THREADS) {
     if (base + i >= total) break;
-    const int e = routing_sort_detail::local_expert(a, a.topk_ids[base + i]);
+    const int e = local_expert(a, a.topk_ids[base + i]);
     if (e >= 0) atomicAdd(&hist[e], 1);  // counts only: order does not matter here
   }
   __syncthreads();
-  int* row = a.cta_counts + static_cast<long long>(blockIdx.x) * a.num_local_experts;
+  int* row = a.cta_counts + static_cast<long long>(cta) * a.num_local_experts;
   for (int e = threadIdx.x; e < a.num_local_experts; e += THREADS) row[e] = hist[e];
 }
 
-// One CTA of 1024 threads. Thread t works on expert t % E over chunk t / E of the CTA rows, so loads
-// of one row are coalesced across consecutive threads. Dynamic shared memory: 2 * 1024 + E + 40 ints.
-template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
-__global__ void __launch_bounds__(routing_sort_detail::kScanThreads) routing_scan_kernel(RoutingSortArgs a) {
-  constexpr int kThreads = static_cast<int>(routing_sort_detail::kScanThreads);
-  extern __shared__ int smem[];
+// One CTA of kThreads threads (>= E). Thread t works on expert t % E over chunk t / E of the CTA
+// rows, so loads of one row are coalesced across consecutive threads. Shared memory:
+// 2 * kThreads + E + 34 ints.
+template <int kThreads>
+__device__ inline void scan_all(const RoutingSortArgs& a, int* smem) {
   int* chunk_sum = smem;                      // [chunks * E]
   int* chunk_base = smem + kThreads;          // [chunks * E]
   int* tile_offsets = smem + 2 * kThreads;    // [E + 1] first tile of each expert
   int* scan_scratch = tile_offsets + a.num_local_experts + 1;  // [33]
 
   const int E = a.num_local_experts;
-  const int chunks = kThreads / E;  // >= 1: the host keeps E <= 1024
+  const int chunks = kThreads / E;  // >= 1: the host keeps E <= kThreads
   const int tid = threadIdx.x;
   const int e = tid % E;
   const int chunk = tid / E;
@@ -152,17 +154,15 @@ __global__ void __launch_bounds__(routing_sort_detail::kScanThreads) routing_sca
 }
 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
-__global__ void __launch_bounds__(THREADS) routing_scatter_kernel(RoutingSortArgs a) {
-  using S = routing_sort_detail::Shape<TOPK, TOKENS_PER_CTA, PADDED>;
-  using routing_sort_detail::kPosBits;
+__device__ inline void scatter_cta(const RoutingSortArgs& a, int cta, int* segment_start /* [E_local] shared */) {
+  using S = Shape<TOPK, TOKENS_PER_CTA, PADDED>;
   __shared__ unsigned int keys[PADDED];  // (local expert << kPosBits) | position, sorted in place
-  extern __shared__ int segment_start[];  // [E_local] first sorted position of each expert
-  const long long base = static_cast<long long>(blockIdx.x) * S::BLOCK;
+  const long long base = static_cast<long long>(cta) * S::BLOCK;
   const long long total = static_cast<long long>(a.num_tokens) * TOPK;
   for (int i = threadIdx.x; i < PADDED; i += THREADS) {
-    unsigned int key = routing_sort_detail::kMaskedKey;  // masked tail: i >= BLOCK or past M
+    unsigned int key = kMaskedKey;  // masked tail: i >= BLOCK or past M
     if (i < S::BLOCK && base + i < total) {
-      const int e = routing_sort_detail::local_expert(a, a.topk_ids[base + i]);
+      const int e = local_expert(a, a.topk_ids[base + i]);
       if (e >= 0) key = (static_cast<unsigned int>(e) << kPosBits) | static_cast<unsigned int>(i);
       else a.scatter_index[base + i] = -1;  // dropped: not on this rank, contributes zero
     }
@@ -175,16 +175,36 @@ __global__ void __launch_bounds__(THREADS) routing_scatter_kernel(RoutingSortArg
     if (e < num_local && (i == 0 || (keys[i - 1] >> kPosBits) != e)) segment_start[e] = i;
   }
   __syncthreads();
-  const int* cta_offsets = a.cta_counts + static_cast<long long>(blockIdx.x) * a.num_local_experts;
+  const int* cta_offsets = a.cta_counts + static_cast<long long>(cta) * a.num_local_experts;
   for (int i = threadIdx.x; i < PADDED; i += THREADS) {
     const unsigned int key = keys[i];
     const unsigned int e = key >> kPosBits;
     if (e >= num_local) continue;
-    const long long flat = base + (key & routing_sort_detail::kPosMask);
+    const long long flat = base + (key & kPosMask);
     const int row = a.padded_offsets[e] + cta_offsets[e] + (i - segment_start[e]);
     a.gather_index[row] = static_cast<int>(flat);
     a.scatter_index[flat] = row;
   }
+}
+
+}  // namespace routing_sort_detail
+
+template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
+__global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs a) {
+  extern __shared__ int hist[];  // [E_local]
+  routing_sort_detail::count_cta<TOPK, TOKENS_PER_CTA, PADDED, THREADS>(a, blockIdx.x, hist);
+}
+
+template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
+__global__ void __launch_bounds__(routing_sort_detail::kScanThreads) routing_scan_kernel(RoutingSortArgs a) {
+  extern __shared__ int smem[];
+  routing_sort_detail::scan_all<routing_sort_detail::kScanThreads>(a, smem);
+}
+
+template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
+__global__ void __launch_bounds__(THREADS) routing_scatter_kernel(RoutingSortArgs a) {
+  extern __shared__ int segment_start[];  // [E_local] first sorted position of each expert
+  routing_sort_detail::scatter_cta<TOPK, TOKENS_PER_CTA, PADDED, THREADS>(a, blockIdx.x, segment_start);
 }
 
 }  // namespace moejit

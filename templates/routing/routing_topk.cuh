@@ -66,18 +66,12 @@ __device__ inline void warp_top2(float& first, float& second) {
   }
 }
 
-}  // namespace routing_topk_detail
-
-template <int TOPK, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
-          int LOGIT_DTYPE, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32) routing_topk_kernel(RoutingTopkArgs a) {
+// The top-k of one token by one whole warp (every lane calls it: the shuffles are full-warp).
+template <int TOPK, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
+__device__ inline void topk_one_token(const RoutingTopkArgs& a, int token, int lane) {
   static_assert(TOPK >= 1 && TOPK <= 32, "one lane holds each selected expert");
   static_assert(EXPERTS_PER_LANE >= 1 && EXPERTS_PER_LANE <= 32, "at most 1024 experts");
   static_assert(N_GROUP >= 1 && N_GROUP <= 64 && TOPK_GROUP >= 1 && TOPK_GROUP <= N_GROUP, "bad grouping");
-  using namespace routing_topk_detail;
-  const int lane = threadIdx.x & 31;
-  const int token = blockIdx.x * WARPS + (threadIdx.x >> 5);
-  if (token >= a.num_tokens) return;  // whole warps exit together: shuffles below stay full-warp
   const int E = a.num_experts;
   const long long row = static_cast<long long>(token) * a.row_stride;
 
@@ -195,6 +189,17 @@ __global__ void __launch_bounds__(WARPS * 32) routing_topk_kernel(RoutingTopkArg
     a.topk_ids[static_cast<long long>(token) * TOPK + lane] = my_id;
     a.topk_weights[static_cast<long long>(token) * TOPK + lane] = my_weight;
   }
+}
+
+}  // namespace routing_topk_detail
+
+template <int TOPK, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
+          int LOGIT_DTYPE, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) routing_topk_kernel(RoutingTopkArgs a) {
+  const int token = blockIdx.x * WARPS + (threadIdx.x >> 5);
+  if (token >= a.num_tokens) return;  // whole warps exit together: shuffles stay full-warp
+  routing_topk_detail::topk_one_token<TOPK, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(
+      a, token, threadIdx.x & 31);
 }
 
 }  // namespace moejit
