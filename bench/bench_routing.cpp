@@ -50,8 +50,9 @@ void bench_routing(Runtime& rt, const Context& ctx, const std::vector<BenchShape
       const double slots = double(tokens) * K;
       const double bytes = 2.0 * tokens * E + 4.0 * (4 * slots + router.sorter().gather_capacity(tokens) + 3.0 * E);
       const double floor_us = bytes / ctx.bandwidth * 1e6;
-      fmt::print("{:<18} {:>4} {:>5} {:>6} {:>10.2f} {:>10.3f} {:>7.1f}%  4 kernels + memset, graph replay x{}\n",
-                 shape.name, E, K, tokens, us, floor_us, 100.0 * floor_us / us, inner);
+      const bool fused = tokens <= kRouterFusedTokens && config.num_experts <= kRouterFusedMaxLocalExperts;
+      fmt::print("{:<18} {:>4} {:>5} {:>6} {:>10.2f} {:>10.3f} {:>7.1f}%  {}, graph replay x{}\n", shape.name, E, K,
+                 tokens, us, floor_us, 100.0 * floor_us / us, fused ? "1 fused launch" : "4 kernels + memset", inner);
       results.push_back({{"kernel", "routing"}, {"shape", shape.name}, {"E", E}, {"top_k", K}, {"M", tokens},
                          {"us", us}, {"floor_us", floor_us}, {"efficiency", floor_us / us}});
     }

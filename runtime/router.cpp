@@ -118,7 +118,7 @@ void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CU
                                             max_tokens, out.sort, block_m)};
     f.sort.num_ctas = 1;
     constexpr unsigned kThreads = 512;  // routing_fused_kernel's CTA
-    const unsigned smem = (2 * kThreads + config_.num_local_experts + 1 + 33) * sizeof(int);
+    const unsigned smem = (2 * kThreads + local_experts + 1 + 33) * sizeof(int);
     fused_module_->kernel("route").launch(stream, {1, 1, 1, kThreads, 1, 1, smem}, f);
     return;
   }
