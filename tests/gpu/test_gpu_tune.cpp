@@ -60,3 +60,31 @@ TEST_CASE("gpu tune: small end-to-end tune, DB written, layer uses it") {
     CHECK(within_band(err));
   }
 }
+
+TEST_CASE("gpu tune: MOEJIT_TUNE=1 tunes on first use, saves, and uses the result") {
+  ScratchDir dir("gpu-online-tune");
+  Options options = test_options(dir.path() / "cache");
+  options.tuned_db = dir.path() / "online.json";
+  options.tune_on_first_use = true;
+  Runtime rt(options);
+  if (!gpu_or_skip(rt, "gpu online tune")) return;
+  MoeSpec spec;
+  spec.num_experts = 8;
+  spec.top_k = 2;
+  spec.hidden = 128;
+  spec.intermediate = 64;
+  spec.activation = kActGeluMul;
+  MoeLayer layer(rt, spec);
+  CHECK_FALSE(layer.tuned());
+  layer.prepare(64);  // tunes 1, 2, 4, ..., 64 (within the online budget) and writes the DB
+  CHECK(layer.tuned());
+  std::string warning;
+  const TunedDb saved = TunedDb::load(options.tuned_db, &warning);
+  CHECK(warning.empty());
+  CHECK(saved.buckets(tuned_shape_key(spec)).size() == 7);
+  auto problem = std::make_unique<MoeProblem>(rt.driver(), spec, 64, layer.workspace_bytes(64), 5);
+  problem->poison();
+  layer.forward(nullptr, problem->args(64, false));
+  problem->fetch_routing(layer, 64);
+  CHECK(within_band(problem->relative_error(problem->output(64), MoeProblem::sample_tokens(64, 64))));
+}
