@@ -59,26 +59,19 @@ struct MoeTuner::Buffers {
 
   MoeForwardArgs args(const MoeSpec& s, int m, int set) {
     const int copy = turn++ % static_cast<int>(w1.size());
-    const ScalarType dt = s.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16;
-    const ScalarType lt = s.logit_dtype == LogitType::F32    ? ScalarType::F32
-                          : s.logit_dtype == LogitType::BF16 ? ScalarType::BF16
-                                                             : ScalarType::F16;
-    const std::int64_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), E = s.num_experts, EL = s.local_experts();
-    MoeForwardArgs a;
-    a.hidden = TensorView::contiguous(hidden.ptr(), dt, {m, K});
-    a.router_logits = TensorView::contiguous(logits[set].ptr(), lt, {m, E});
-    if (s.n_group > 1) a.correction_bias = TensorView::contiguous(correction_bias.ptr(), ScalarType::F32, {E});
-    if (EL < E) a.expert_map = TensorView::contiguous(expert_map.ptr(), ScalarType::I32, {E});
-    a.w1 = TensorView::contiguous(w1[copy].ptr(), dt, {EL, R, K});
-    a.w2 = TensorView::contiguous(w2[copy].ptr(), dt, {EL, K, N});
-    if (s.has_bias) {
-      a.b1 = TensorView::contiguous(b1.ptr(), ScalarType::F32, {EL, R});
-      a.b2 = TensorView::contiguous(b2.ptr(), ScalarType::F32, {EL, K});
-    }
-    a.out = TensorView::contiguous(out.ptr(), dt, {m, K});
-    a.workspace = workspace.ptr();
-    a.workspace_size = workspace.bytes();
-    return a;
+    MoeDevicePointers p;
+    p.hidden = hidden.ptr();
+    p.router_logits = logits[set].ptr();
+    if (s.n_group > 1) p.correction_bias = correction_bias.ptr();
+    p.expert_map = expert_map.ptr();
+    p.w1 = w1[copy].ptr();
+    p.w2 = w2[copy].ptr();
+    p.b1 = b1.ptr();
+    p.b2 = b2.ptr();
+    p.out = out.ptr();
+    p.workspace = workspace.ptr();
+    p.workspace_size = workspace.bytes();
+    return contiguous_moe_args(s, m, p);
   }
 };
 
@@ -175,7 +168,7 @@ std::vector<TuneResult> MoeTuner::run() {
   const std::size_t K = spec_.hidden, N = spec_.intermediate, R = spec_.w1_rows(), E = spec_.num_experts;
   const std::size_t EL = spec_.local_experts(), M = b.max_m;
   const std::size_t weight_bytes = EL * (R * K + K * N) * 2;
-  const ScalarType dt = spec_.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16;
+  const ScalarType dt = scalar_type_of(spec_.dtype);
   const int copies = static_cast<int>(
       std::clamp<std::size_t>((2 * std::size_t(info.l2_bytes) + weight_bytes - 1) / weight_bytes, 1, kMaxWeightCopies));
   for (int c = 0; c < copies; ++c) {

@@ -56,19 +56,17 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
     }
     for (int m : ctx.token_counts) {
       auto args = [&](int set) {
-        MoeForwardArgs a;
-        a.hidden = TensorView::contiguous(hidden.ptr(), ScalarType::BF16, {m, std::int64_t(K)});
-        a.router_logits = TensorView::contiguous(logits[set].ptr(), ScalarType::BF16, {m, std::int64_t(E)});
-        a.w1 = TensorView::contiguous(w1.ptr(), ScalarType::BF16, {std::int64_t(EL), std::int64_t(R), std::int64_t(K)});
-        a.w2 = TensorView::contiguous(w2.ptr(), ScalarType::BF16, {std::int64_t(EL), std::int64_t(K), std::int64_t(N)});
-        if (s.has_bias) {
-          a.b1 = TensorView::contiguous(b1.ptr(), ScalarType::F32, {std::int64_t(EL), std::int64_t(R)});
-          a.b2 = TensorView::contiguous(b2.ptr(), ScalarType::F32, {std::int64_t(EL), std::int64_t(K)});
-        }
-        a.out = TensorView::contiguous(out.ptr(), ScalarType::BF16, {m, std::int64_t(K)});
-        a.workspace = ws.ptr();
-        a.workspace_size = ws.bytes();
-        return a;
+        MoeDevicePointers p;
+        p.hidden = hidden.ptr();
+        p.router_logits = logits[set].ptr();
+        p.w1 = w1.ptr();
+        p.w2 = w2.ptr();
+        p.b1 = b1.ptr();
+        p.b2 = b2.ptr();
+        p.out = out.ptr();
+        p.workspace = ws.ptr();
+        p.workspace_size = ws.bytes();
+        return contiguous_moe_args(s, m, p);
       };
       // Each logit set once, eagerly: the output must be complete, and the routing tells how many
       // experts the forward touches.

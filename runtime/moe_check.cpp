@@ -101,31 +101,25 @@ MoeProblem::MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std:
 
 MoeForwardArgs MoeProblem::args(int m, bool modular) const {
   MOEJIT_REQUIRE(m >= 0 && m <= max_tokens_, "moe problem: {} tokens, at most {}", m, max_tokens_);
-  const ScalarType dt = spec_.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16;
-  const ScalarType lt = spec_.logit_dtype == LogitType::F32    ? ScalarType::F32
-                        : spec_.logit_dtype == LogitType::BF16 ? ScalarType::BF16
-                                                               : ScalarType::F16;
-  const std::int64_t K = spec_.hidden, N = spec_.intermediate, R = spec_.w1_rows(), E = spec_.num_experts;
-  const std::int64_t EL = spec_.local_experts(), k = spec_.top_k;
-  MoeForwardArgs a;
-  a.hidden = TensorView::contiguous(hidden.ptr(), dt, {m, K});
+  MoeDevicePointers p;
+  p.hidden = hidden.ptr();
   if (modular) {
-    a.topk_ids = TensorView::contiguous(topk_ids.ptr(), ScalarType::I32, {m, k});
-    a.topk_weights = TensorView::contiguous(topk_weights.ptr(), ScalarType::F32, {m, k});
+    p.topk_ids = topk_ids.ptr();
+    p.topk_weights = topk_weights.ptr();
   } else {
-    a.router_logits = TensorView::contiguous(logits.ptr(), lt, {m, E});
+    p.router_logits = logits.ptr();
   }
-  if (expert_map.ptr()) a.expert_map = TensorView::contiguous(expert_map.ptr(), ScalarType::I32, {E});
-  a.w1 = TensorView::contiguous(w1.ptr(), dt, {EL, R, K});
-  a.w2 = TensorView::contiguous(w2.ptr(), dt, {EL, K, N});
+  p.expert_map = expert_map.ptr();
+  p.w1 = w1.ptr();
+  p.w2 = w2.ptr();
   if (spec_.has_bias) {
-    a.b1 = TensorView::contiguous(b1.ptr(), ScalarType::F32, {EL, R});
-    a.b2 = TensorView::contiguous(b2.ptr(), ScalarType::F32, {EL, K});
+    p.b1 = b1.ptr();
+    p.b2 = b2.ptr();
   }
-  a.out = TensorView::contiguous(out.ptr(), dt, {m, K});
-  a.workspace = workspace.ptr();
-  a.workspace_size = workspace.bytes();
-  return a;
+  p.out = out.ptr();
+  p.workspace = workspace.ptr();
+  p.workspace_size = workspace.bytes();
+  return contiguous_moe_args(spec_, m, p);
 }
 
 void MoeProblem::poison() {

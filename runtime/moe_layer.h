@@ -45,6 +45,18 @@ struct MoeForwardArgs {
   std::size_t workspace_size = 0;
 };
 
+// Device addresses of row-major, contiguous MoE tensors shaped as MoeForwardArgs documents; 0 = not
+// given. For callers that own plain buffers (tests, the demo, the bench, the tuner).
+struct MoeDevicePointers {
+  CUdeviceptr hidden = 0, router_logits = 0, correction_bias = 0, topk_ids = 0, topk_weights = 0, expert_map = 0;
+  CUdeviceptr w1 = 0, w2 = 0, b1 = 0, b2 = 0, out = 0, workspace = 0;
+  std::size_t workspace_size = 0;
+};
+// The forward arguments for `num_tokens` tokens over such buffers: a view for every non-zero address.
+MoeForwardArgs contiguous_moe_args(const MoeSpec& spec, int num_tokens, const MoeDevicePointers& p);
+ScalarType scalar_type_of(MoeDType dtype);
+ScalarType scalar_type_of(LogitType type);
+
 // Intermediate buffers the unfused mode exposes between its stages (device pointers).
 struct MoeStageBuffers {
   int num_tokens = 0;

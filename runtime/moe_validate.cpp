@@ -53,12 +53,36 @@ std::string TensorView::describe() const {
   return fmt::format("{}[{}] strides [{}] at 0x{:x}", scalar_type_name(dtype), shape_text, stride_text, data);
 }
 
-namespace {
-
-ScalarType scalar_of(MoeDType d) { return d == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16; }
-ScalarType scalar_of(LogitType t) {
+ScalarType scalar_type_of(MoeDType d) { return d == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16; }
+ScalarType scalar_type_of(LogitType t) {
   return t == LogitType::F32 ? ScalarType::F32 : t == LogitType::BF16 ? ScalarType::BF16 : ScalarType::F16;
 }
+
+MoeForwardArgs contiguous_moe_args(const MoeSpec& s, int m, const MoeDevicePointers& p) {
+  const ScalarType dt = scalar_type_of(s.dtype);
+  const std::int64_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), E = s.num_experts, EL = s.local_experts();
+  const std::int64_t k = s.top_k;
+  MoeForwardArgs a;
+  auto view = [](CUdeviceptr ptr, ScalarType type, std::initializer_list<std::int64_t> shape) {
+    return ptr ? TensorView::contiguous(ptr, type, shape) : TensorView{};
+  };
+  a.hidden = view(p.hidden, dt, {m, K});
+  a.router_logits = view(p.router_logits, scalar_type_of(s.logit_dtype), {m, E});
+  a.correction_bias = view(p.correction_bias, ScalarType::F32, {E});
+  a.topk_ids = view(p.topk_ids, ScalarType::I32, {m, k});
+  a.topk_weights = view(p.topk_weights, ScalarType::F32, {m, k});
+  a.expert_map = view(p.expert_map, ScalarType::I32, {E});
+  a.w1 = view(p.w1, dt, {EL, R, K});
+  a.w2 = view(p.w2, dt, {EL, K, N});
+  a.b1 = view(p.b1, ScalarType::F32, {EL, R});
+  a.b2 = view(p.b2, ScalarType::F32, {EL, K});
+  a.out = view(p.out, dt, {m, K});
+  a.workspace = p.workspace;
+  a.workspace_size = p.workspace_size;
+  return a;
+}
+
+namespace {
 
 // Checks a tensor: given, dtype, exact shape (-1 = any), innermost stride 1, every other stride at
 // least the extent it spans (no overlap), byte alignment of the pointer and of the row strides.
@@ -93,7 +117,7 @@ void check_tensor(const char* name, const TensorView& v, ScalarType dtype, std::
 
 void MoeLayer::check(const MoeForwardArgs& a) const {
   const MoeSpec& s = spec_;
-  const ScalarType dt = scalar_of(s.dtype);
+  const ScalarType dt = scalar_type_of(s.dtype);
   const std::int64_t K = s.hidden, N = s.intermediate, E = s.num_experts, EL = s.local_experts(), k = s.top_k;
   // 16-byte rows: cp.async copies 16 bytes; out is written 8 bytes (4 elements) at a time.
   check_tensor("hidden", a.hidden, dt, {-1, K}, 16);
@@ -114,7 +138,7 @@ void MoeLayer::check(const MoeForwardArgs& a) const {
                  "moe: give either router_logits (monolithic forward) or topk_ids + topk_weights (modular), not {}",
                  logits ? "both" : "neither");
   if (logits) {
-    check_tensor("router_logits", a.router_logits, scalar_of(s.logit_dtype), {m, E}, scalar_type_size(scalar_of(s.logit_dtype)));
+    check_tensor("router_logits", a.router_logits, scalar_type_of(s.logit_dtype), {m, E}, scalar_type_size(scalar_type_of(s.logit_dtype)));
     if (a.correction_bias.given()) check_tensor("correction_bias", a.correction_bias, ScalarType::F32, {E}, 4);
   } else {
     check_tensor("topk_ids", a.topk_ids, ScalarType::I32, {m, k}, 4);
