@@ -91,19 +91,13 @@ MoeTuner::~MoeTuner() {
 
 double MoeTuner::floor_us(int m) {
   Buffers& b = *buffers_;
-  auto& api = runtime_.driver();
   const std::size_t EL = spec_.local_experts();
   const MoeTileConfig config = heuristic_tile_config(spec_, m);
   double touched = 0;
   for (int set = 0; set < kLogitSets; ++set) {
     const MoeForwardArgs args = b.args(spec_, m, set);
     b.layer->forward_with_config(b.stream, args, config);
-    MOEJIT_CHECK_CU(api, Launch, cuStreamSynchronize(b.stream));
-    std::vector<int> counts(EL);
-    MOEJIT_CHECK_CU(api, Launch,
-                    cuMemcpyDtoH(counts.data(), reinterpret_cast<CUdeviceptr>(b.layer->routing_result(args).sort.expert_counts),
-                                 EL * sizeof(int)));
-    touched += std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; });
+    touched += b.layer->experts_touched(args);
   }
   touched /= kLogitSets;
   const double R = spec_.w1_rows(), K = spec_.hidden, N = spec_.intermediate;

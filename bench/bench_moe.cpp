@@ -77,11 +77,7 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
         MOEJIT_CHECK_CU(api, Launch, cuStreamSynchronize(ctx.stream));
         if (!output_complete(out, std::size_t(m) * K, s.dtype))
           throw Error(Phase::Launch, fmt::format("{} M={}: output has unwritten or non-finite elements", shape.name, m));
-        std::vector<int> counts(EL);
-        MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(counts.data(),
-                                                  reinterpret_cast<CUdeviceptr>(layer.routing_result(args(set)).sort.expert_counts),
-                                                  EL * sizeof(int)));
-        touched += std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; });
+        touched += layer.experts_touched(args(set));
       }
       touched /= kLogitSets;
       const int inner = m <= 1024 ? 2 * kLogitSets : kLogitSets;

@@ -345,6 +345,16 @@ RoutingResult MoeLayer::routing_result(const MoeForwardArgs& args) const {
   return carve(args, static_cast<int>(args.hidden.shape[0])).routing;
 }
 
+int MoeLayer::experts_touched(const MoeForwardArgs& args) {
+  const RoutingResult r = routing_result(args);
+  auto& api = runtime_.driver();
+  MOEJIT_CHECK_CU(api, Launch, cuCtxSynchronize());
+  std::vector<int> counts(spec_.local_experts());
+  MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(counts.data(), reinterpret_cast<CUdeviceptr>(r.sort.expert_counts),
+                                            counts.size() * sizeof(int)));
+  return static_cast<int>(std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; }));
+}
+
 int MoeLayer::routing_error_flags(const MoeForwardArgs& args) {
   const int m = static_cast<int>(args.hidden.shape[0]);
   const Workspace w = carve(args, m);

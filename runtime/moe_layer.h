@@ -110,6 +110,9 @@ class MoeLayer {
   // Where the routing of a forward with `args` lives in its workspace (top-k ids and weights of the
   // monolithic forward, metadata); for tests and debugging.
   RoutingResult routing_result(const MoeForwardArgs& args) const;
+  // Local experts with at least one routed row in the last forward with `args` (synchronizes; the
+  // bench and the tuner count the weight bytes of their floors with it).
+  int experts_touched(const MoeForwardArgs& args);
   // Bits of RoutingErrorFlags the last routing raised (synchronizes; for tests and debugging).
   int routing_error_flags(const MoeForwardArgs& args);
 
