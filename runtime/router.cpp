@@ -112,13 +112,13 @@ void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CU
   a.routed_scaling_factor = config_.routed_scaling_factor;
   a.topk_ids = out.topk_ids;
   a.topk_weights = out.topk_weights;
-  const int local_experts = config_.num_local_experts < 0 ? config_.num_experts : config_.num_local_experts;
+  const int local_experts = sorter_.config().num_local_experts;  // resolved: never -1
   if (num_tokens > 0 && num_tokens <= kRouterFusedTokens && local_experts <= kRouterFusedMaxLocalExperts) {
     RoutingFusedArgs f{a, sorter_.make_args(reinterpret_cast<CUdeviceptr>(out.topk_ids), expert_map, num_tokens,
                                             max_tokens, out.sort, block_m)};
     f.sort.num_ctas = 1;
     constexpr unsigned kThreads = 512;  // routing_fused_kernel's CTA
-    const unsigned smem = (2 * kThreads + local_experts + 1 + 33) * sizeof(int);
+    const unsigned smem = routing_scan_smem_bytes(kThreads, local_experts);
     fused_module_->kernel("route").launch(stream, {1, 1, 1, kThreads, 1, 1, smem}, f);
     return;
   }

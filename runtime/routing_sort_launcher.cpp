@@ -131,7 +131,7 @@ void RoutingSorter::run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr exper
   MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(b.error_flags), 0, 1, stream));
   if (a.num_ctas > 0)
     module_->kernel("count").launch(stream, {unsigned(a.num_ctas), 1, 1, threads, 1, 1, e_bytes}, a);
-  const unsigned scan_bytes = (2 * kScanThreads + config_.num_local_experts + 1 + 33) * sizeof(int);
+  const unsigned scan_bytes = routing_scan_smem_bytes(kScanThreads, config_.num_local_experts);
   module_->kernel("scan").launch(stream, {1, 1, 1, kScanThreads, 1, 1, scan_bytes}, a);
   if (a.num_ctas > 0)
     module_->kernel("scatter").launch(stream, {unsigned(a.num_ctas), 1, 1, threads, 1, 1, e_bytes}, a);
