@@ -181,10 +181,10 @@ void MoeLayer::prepare(int max_tokens) {
 }
 
 const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
-  const std::string key = config.describe();
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = kernels_.find(key);
-  if (it != kernels_.end()) return *it->second;
+  // A handful of configs per layer: a linear search, and no string built on every forward.
+  for (const auto& k : kernels_)
+    if (k->config == config) return *k;
   const auto specs = moe_expert_kernel_specs(spec_, config, runtime_.device_arch());
   runtime_.compile_all(specs);
   auto k = std::make_unique<Kernels>();
@@ -200,8 +200,9 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
   k->gemm2_threads = unsigned(specs[1].get_int("threads"));
   k->gemm2_smem = unsigned(specs[1].get_int("smem_bytes"));
   k->elementwise_threads = unsigned(specs[2].get_int("threads"));
-  log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), key);
-  return *kernels_.emplace(key, std::move(k)).first->second;
+  log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), config.describe());
+  kernels_.push_back(std::move(k));
+  return *kernels_.back();
 }
 
 MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {

@@ -128,7 +128,7 @@ class MoeLayer {
   MoeSpec spec_;
   Router router_;
   std::mutex mutex_;
-  std::map<std::string, std::unique_ptr<Kernels>> kernels_;  // by config description
+  std::vector<std::unique_ptr<Kernels>> kernels_;  // one per tile config used (Kernels::config)
   bool tuned_loaded_ = false;
   std::vector<TunedEntry> tuned_;  // ascending M; configs checked against the device
   mutable std::mutex tuned_mutex_;
