@@ -121,20 +121,18 @@ DbMatch TunedDb::match(const DbMetadata& current) const {
 
 void TunedDb::set(const std::string& key, const TunedEntry& entry) { entries_[key][entry.m] = entry; }
 
-std::optional<TunedEntry> TunedDb::lookup(const std::string& key, int m) const {
-  auto it = entries_.find(key);
-  if (it == entries_.end() || it->second.empty()) return std::nullopt;
+const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m) {
   const double target = std::log2(std::max(m, 1));
   const TunedEntry* best = nullptr;
-  double best_distance = 0;
-  for (const auto& [bucket, entry] : it->second) {
-    const double d = std::abs(std::log2(bucket) - target);
-    if (!best || d < best_distance) {  // ties keep the smaller bucket (ascending map order)
-      best = &entry;
-      best_distance = d;
-    }
-  }
-  return *best;
+  for (const auto& e : ascending)
+    if (!best || std::abs(std::log2(e.m) - target) < std::abs(std::log2(best->m) - target)) best = &e;
+  return best;
+}
+
+std::optional<TunedEntry> TunedDb::lookup(const std::string& key, int m) const {
+  const auto all = buckets(key);
+  const TunedEntry* best = nearest_bucket(all, m);
+  return best ? std::optional<TunedEntry>(*best) : std::nullopt;
 }
 
 std::vector<TunedEntry> TunedDb::buckets(const std::string& key) const {

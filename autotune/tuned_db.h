@@ -50,6 +50,9 @@ struct TunedEntry {
   double us = 0;
 };
 
+// The entry whose M is nearest to m in log2 M (ties: the smaller M); null when `ascending` is empty.
+const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m);
+
 // The key of a layer shape: everything that selects kernels or changes their speed.
 std::string tuned_shape_key(const MoeSpec& spec);
 

@@ -63,13 +63,8 @@ MoeLayer::~MoeLayer() = default;
 
 MoeTileConfig MoeLayer::tile_config(int num_tokens) const {
   std::lock_guard<std::mutex> lock(tuned_mutex_);
-  if (tuned_.empty()) return heuristic_tile_config(spec_, num_tokens);
-  // Nearest tuned batch in log2(M); ties keep the smaller batch.
-  const TunedEntry* best = &tuned_.front();
-  const double target = std::log2(std::max(num_tokens, 1));
-  for (const auto& e : tuned_)
-    if (std::abs(std::log2(e.m) - target) < std::abs(std::log2(best->m) - target)) best = &e;
-  return best->config;
+  const TunedEntry* nearest = nearest_bucket(tuned_, num_tokens);
+  return nearest ? nearest->config : heuristic_tile_config(spec_, num_tokens);
 }
 
 bool MoeLayer::tuned() const {
