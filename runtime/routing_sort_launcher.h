@@ -40,6 +40,13 @@ struct RoutingSortBuffers {
   int* error_flags = nullptr;  // [1] RoutingErrorFlags
 };
 
+// Dynamic shared memory of routing_sort's scan stage run by `threads` threads over `local_experts`
+// experts: chunk sums and bases (2 * threads ints), tile offsets (E + 1), block-scan scratch (33).
+// The three-kernel path and the fused small-batch kernel both size their launch with it.
+constexpr unsigned routing_scan_smem_bytes(unsigned threads, unsigned local_experts) {
+  return (2 * threads + local_experts + 1 + 33) * 4;
+}
+
 class RoutingSorter {
  public:
   static constexpr int kMaxExperts = 1024;  // key encoding and one-CTA scan

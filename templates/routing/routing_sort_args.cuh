@@ -2,8 +2,6 @@
 // both sides agree on the layout by construction (runtime/ static_asserts its size).
 #pragma once
 
-#include "common/host_device.cuh"
-
 namespace moejit {
 
 // Bits of RoutingSortArgs::error_flags.
@@ -31,11 +29,5 @@ struct RoutingSortArgs {
   int* totals;             // [3]: routed rows, padded rows, tiles
   int* error_flags;        // [1] RoutingErrorFlags, OR-ed; the caller zeroes it
 };
-
-// Dynamic shared memory of the scan stage run by `threads` threads over `local_experts` experts:
-// chunk sums and bases (2 * threads ints), tile offsets (E + 1), block-scan scratch (33).
-MOEJIT_HOST_DEVICE constexpr unsigned routing_scan_smem_bytes(unsigned threads, unsigned local_experts) {
-  return (2 * threads + local_experts + 1 + 33) * 4;
-}
 
 }  // namespace moejit
