@@ -61,12 +61,14 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
   const int width = gemm1 ? (spec.fused ? spec.intermediate : spec.w1_rows()) : spec.hidden;
   const MoeTileConfig base = heuristic_config_for_block_m(spec, block_m);
   std::vector<GemmTile> out = {gemm1 ? base.gemm1 : base.gemm2};
+  // k step in elements: a 128-byte smem row, or a 64-byte one (fp8: one byte per element).
+  const int step_lengths[2] = {quant_is_fp8(spec.quant) ? 128 : 64, quant_is_fp8(spec.quant) ? 64 : 32};
   for (int bn : {32, 64, 128, 256}) {
     if (bn > std::max<long long>(32, next_pow2(width))) continue;  // wider than the output: all waste
     for (const auto& [wm, wn] : warp_layouts(block_m))
       for (int stages : {3, 4})
-        for (int bk : {64, 32}) {
-          if (bk == 32 && (stages < 4 || block_m > 32)) continue;  // short steps: decode, deep ring
+        for (int bk : step_lengths) {
+          if (bk == step_lengths[1] && (stages < 4 || block_m > 32)) continue;  // short steps: decode, deep ring
           const GemmTile t{bn, bk, wm, wn, stages};
           if (std::find(out.begin(), out.end(), t) != out.end()) continue;
           MoeTileConfig c = base;

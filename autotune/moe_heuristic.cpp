@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "templates/moe/moe_gemm_args.cuh"
+
 namespace moejit {
 
 namespace {
@@ -45,6 +47,18 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens) {
     c.block_m = 128;
     c.gemm1 = {gemm1_n, 64, 4, 2, 3};
     c.gemm2 = {wide, 64, 4, 2, 3};
+  }
+  if (quant_is_fp8(spec.quant)) {  // one byte per element: 128 k fill the same 128-byte smem rows
+    c.gemm1.block_k = 128;
+    c.gemm2.block_k = 128;
+  }
+  // Narrower tiles where the accumulators would not fit the registers (gated fp8_block).
+  for (GemmTile* t : {&c.gemm1, &c.gemm2}) {
+    const bool gated = t == &c.gemm1 && gemm1_gated;
+    while (moe_gemm_accumulators(c.block_m, t->block_n, t->warps_m, t->warps_n, gated, spec.quant) >
+               moe_gemm_max_accumulators(gated, spec.quant) &&
+           t->block_n > 16 * t->warps_n)
+      t->block_n /= 2;
   }
   return c;
 }

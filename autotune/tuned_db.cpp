@@ -29,8 +29,10 @@ DbMetadata DbMetadata::from_json(const nlohmann::json& j) {
 }
 
 std::string tuned_shape_key(const MoeSpec& s) {
-  return fmt::format("E={} E_local={} top_k={} K={} N={} dtype={} quant=none act={} bias={} fused={} reduce={}",
-                     s.num_experts, s.local_experts(), s.top_k, s.hidden, s.intermediate, dtype_name(s.dtype),
+  std::string quant = quant_name(s.quant);
+  if (s.quant == kQuantInt4Group) quant += fmt::format("/g{}{}", s.quant_group, s.quant_zero_points ? "+zp" : "");
+  return fmt::format("E={} E_local={} top_k={} K={} N={} dtype={} quant={} act={} bias={} fused={} reduce={}",
+                     s.num_experts, s.local_experts(), s.top_k, s.hidden, s.intermediate, dtype_name(s.dtype), quant,
                      activation_name(s.activation), s.has_bias ? 1 : 0, s.fused ? 1 : 0,
                      s.reduce == ReduceMode::Fast ? "fast" : "deterministic");
 }

@@ -7,13 +7,13 @@
 #include "jit/moe_names.h"
 #include "templates/moe/activation_kinds.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
+#include "templates/moe/quant_kinds.cuh"
 
 namespace moejit {
 
 namespace {
 
 constexpr std::int64_t kMaxSharedBytes = 227 * 1024;  // opt-in limit of sm_90 / sm_100 (sm_80: 163 KiB)
-constexpr std::int64_t kMaxAccumulatorsPerThread = 128;
 constexpr std::int64_t kElementwiseThreads = 256;
 
 ParamDesc dtype_param() {
@@ -32,6 +32,15 @@ ParamDesc activation_param(const std::string& def) {
 
 int activation_code(const KernelSpec& s) { return parse_activation(s.get_string("activation")); }
 
+ParamDesc quant_param() {
+  std::map<std::string, std::string> values;
+  static const char* kCpp[] = {"kQuantNone",     "kQuantInt8Channel", "kQuantInt4Group",  "kQuantMxfp4",
+                               "kQuantFp8Block", "kQuantFp8Channel",  "kQuantFp8Tensor"};
+  for (int code = kQuantNone; code <= kQuantFp8Tensor; ++code)
+    values[quant_name(code)] = std::string("moejit::") + kCpp[code];
+  return enum_param("quant", "QUANT", "weight/activation quantization (quant_kinds.cuh)", "none", values);
+}
+
 }  // namespace
 
 FamilyInfo moe_gemm_family() {
@@ -46,9 +55,10 @@ FamilyInfo moe_gemm_family() {
                   {"gemm2_atomic", "moejit::kRoleGemm2Atomic"}}),
       dtype_param(),
       activation_param("silu_mul"),
+      quant_param(),
       int_param("block_m", "BLOCK_M", "tile rows (= routing block_m)", 64, 16, 256),
       int_param("block_n", "BLOCK_N", "tile output columns", 64, 16, 256),
-      int_param("block_k", "BLOCK_K", "reduction step (32 or 64)", 64, 32, 64),
+      int_param("block_k", "BLOCK_K", "reduction step in elements (32 or 64; fp8: 64 or 128)", 64, 32, 128),
       int_param("warps_m", "WARPS_M", "warps along M", 2, 1, 8),
       int_param("warps_n", "WARPS_N", "warps along N", 2, 1, 8),
       int_param("stages", "STAGES", "cp.async ring depth", 3, 2, 6),
@@ -64,19 +74,33 @@ FamilyInfo moe_gemm_family() {
     if (s.get_string("role") != "gemm1" && act != kActNone)
       throw Error(Phase::Validate, fmt::format("moe_gemm: role {} takes activation none, not {}",
                                                s.get_string("role"), s.get_string("activation")));
-    if (bk != 32 && bk != 64) throw Error(Phase::Validate, fmt::format("moe_gemm: block_k = {} must be 32 or 64", bk));
+    const int quant = parse_quant(s.get_string("quant"));
+    if (quant_is_fp8(quant)) {
+      if (!arch_has_fp8_mma(s.arch))
+        throw Error(Phase::Validate, fmt::format("moe_gemm: quant {} needs e4m3 mma (sm_89 or newer), not {}",
+                                                 s.get_string("quant"), s.arch));
+      if (bk != 64 && bk != 128)
+        throw Error(Phase::Validate, fmt::format("moe_gemm: block_k = {} must be 64 or 128 for fp8", bk));
+      if (quant == kQuantFp8Block && bk != kQuantFp8BlockSize)
+        throw Error(Phase::Validate,
+                    fmt::format("moe_gemm: block_k = {} must be {} for fp8_block (one k tile per scale block)", bk,
+                                kQuantFp8BlockSize));
+    } else if (bk != 32 && bk != 64) {
+      throw Error(Phase::Validate, fmt::format("moe_gemm: block_k = {} must be 32 or 64", bk));
+    }
     if (bm % (16 * wm) != 0)
       throw Error(Phase::Validate, fmt::format("moe_gemm: block_m = {} is not a multiple of 16 * warps_m = {}", bm, 16 * wm));
     if (bn % (16 * wn) != 0)
       throw Error(Phase::Validate, fmt::format("moe_gemm: block_n = {} is not a multiple of 16 * warps_n = {}", bn, 16 * wn));
     if (wm * wn > 16) throw Error(Phase::Validate, fmt::format("moe_gemm: {} warps exceed 16", wm * wn));
-    const std::int64_t accumulators = (gated ? 2 : 1) * (bm / wm) * (bn / wn) / 32;
-    if (accumulators > kMaxAccumulatorsPerThread)
+    const std::int64_t accumulators = moe_gemm_accumulators(int(bm), int(bn), int(wm), int(wn), gated, quant);
+    if (accumulators > moe_gemm_max_accumulators(gated, quant))
       throw Error(Phase::Validate,
-                  fmt::format("moe_gemm: {} fp32 accumulators per thread (tile {}x{}{} over {}x{} warps) exceed {}: "
+                  fmt::format("moe_gemm: {} fp32 accumulators per thread (tile {}x{}{}{} over {}x{} warps) exceed {}: "
                               "registers would spill",
-                              accumulators, bm, bn, gated ? " gated" : "", wm, wn, kMaxAccumulatorsPerThread));
-    const std::int64_t smem = moe_gemm_smem_bytes(int(bm), int(bn), int(bk), int(stages), gated);
+                              accumulators, bm, bn, gated ? " gated" : "", quant == kQuantFp8Block ? " fp8_block" : "",
+                              wm, wn, moe_gemm_max_accumulators(gated, quant)));
+    const std::int64_t smem = moe_gemm_smem_bytes(int(bm), int(bn), int(bk), int(stages), gated, quant);
     const std::int64_t total = smem + moe_gemm_static_smem_bytes(int(bm));
     if (total > kMaxSharedBytes)
       throw Error(Phase::Validate,
@@ -114,6 +138,26 @@ FamilyInfo moe_reduce_family() {
   f.entries = {{"reduce", "moejit::moe_reduce_kernel", "moejit::MoeReduceArgs"},
                {"cast", "moejit::moe_cast_kernel", "moejit::MoeReduceArgs"}};
   f.derive = [](KernelSpec& s) { s.params["threads"] = kElementwiseThreads; };
+  return f;
+}
+
+FamilyInfo moe_act_quant_family() {
+  FamilyInfo f;
+  f.name = "moe_act_quant";
+  f.header = "moe/moe_act_quant.cuh";
+  f.doc = "fp8 e4m3 quantization of activations per token (per 128 columns, per row, or a static scale)";
+  f.params = {dtype_param(),
+              enum_param("mode", "MODE", "scale granularity", "group128",
+                         {{"group128", "moejit::kActQuantGroup128"},
+                          {"row", "moejit::kActQuantRow"},
+                          {"static", "moejit::kActQuantStatic"}}),
+              derived_int("threads", "THREADS", "threads per CTA")};
+  f.entries = {{"quantize", "moejit::moe_act_quant_kernel", "moejit::MoeActQuantArgs"}};
+  f.derive = [](KernelSpec& s) {
+    if (!arch_has_fp8_mma(s.arch))
+      throw Error(Phase::Validate, fmt::format("moe_act_quant: e4m3 conversion needs sm_89 or newer, not {}", s.arch));
+    s.params["threads"] = kElementwiseThreads;
+  };
   return f;
 }
 

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "templates/common/dtype_kinds.cuh"
 #include "templates/moe/activation_kinds.cuh"
+#include "templates/moe/quant_kinds.cuh"
 
 namespace moejit {
 
@@ -18,7 +19,37 @@ const std::pair<int, const char*> kActivations[] = {
     {kActSilu, "silu"},         {kActGelu, "gelu"},          {kActGeluTanh, "gelu_tanh"},
     {kActRelu2, "relu2"},
 };
+const std::pair<int, const char*> kQuants[] = {
+    {kQuantNone, "none"},           {kQuantInt8Channel, "int8_channel"}, {kQuantInt4Group, "int4_group"},
+    {kQuantMxfp4, "mxfp4"},         {kQuantFp8Block, "fp8_block"},       {kQuantFp8Channel, "fp8_channel"},
+    {kQuantFp8Tensor, "fp8_tensor"},
+};
 }  // namespace
+
+const char* quant_name(int code) {
+  for (const auto& [c, name] : kQuants)
+    if (c == code) return name;
+  throw Error(Phase::Validate, fmt::format("unknown quantization code {}", code));
+}
+
+std::vector<std::string> quant_names() {
+  std::vector<std::string> out;
+  for (const auto& q : kQuants) out.push_back(q.second);
+  return out;
+}
+
+int parse_quant(const std::string& name) {
+  for (const auto& [c, n] : kQuants)
+    if (name == n) return c;
+  throw Error(Phase::Validate, fmt::format("unknown quantization '{}' (known: {})", name, fmt::join(quant_names(), ", ")));
+}
+
+bool arch_has_fp8_mma(const std::string& arch) {
+  // sm_<major><minor>[a|f]; validated elsewhere. 89 = Ada, 90 = Hopper, 100+ = Blackwell.
+  int number = 0;
+  for (std::size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) number = number * 10 + (arch[i] - '0');
+  return number >= 89;
+}
 
 const char* activation_name(int code) {
   for (const auto& [c, name] : kActivations)

@@ -13,5 +13,11 @@ std::vector<std::string> activation_names();
 // Dtype codes are MoeDType (templates/common/mma_sm80.cuh).
 const char* dtype_name(int code);               // bf16, f16
 int parse_dtype(const std::string& name);       // bf16/bfloat16, f16/fp16/float16
+// Quantization codes are MoeQuant (templates/moe/quant_kinds.cuh).
+const char* quant_name(int code);               // none, int8_channel, int4_group, mxfp4, fp8_block, ...
+int parse_quant(const std::string& name);       // throws Error(Validate) listing the known names
+std::vector<std::string> quant_names();
+// Architectures with e4m3 mma.sync (sm_89 and newer).
+bool arch_has_fp8_mma(const std::string& arch);
 
 }  // namespace moejit

@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/half_float.h"
+#include "runtime/moe_quant.h"
 
 namespace moejit {
 
@@ -53,8 +54,20 @@ MoeProblem::MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std:
   const std::size_t E = spec.num_experts, EL = spec.local_experts(), k = spec.top_k;
   const int dt = spec.dtype;
   fill_uniform(host_.hidden, M * K, seed + 1, 1.0, dt);
-  fill_uniform(host_.w1, EL * R * K, seed + 2, std::sqrt(3.0 / K), dt);
-  fill_uniform(host_.w2, EL * K * N, seed + 3, std::sqrt(3.0 / N), dt);
+  QuantizedWeights q1, q2;
+  if (spec.quant == kQuantNone) {
+    fill_uniform(host_.w1, EL * R * K, seed + 2, std::sqrt(3.0 / K), dt);
+    fill_uniform(host_.w2, EL * K * N, seed + 3, std::sqrt(3.0 / N), dt);
+  } else {
+    q1 = random_quantized_weights(spec, EL, R, K, std::sqrt(3.0 / K), seed + 2);
+    q2 = random_quantized_weights(spec, EL, K, N, std::sqrt(3.0 / N), seed + 3);
+    host_.w1 = std::move(q1.dequantized);
+    host_.w2 = std::move(q2.dequantized);
+    if (spec.quant == kQuantFp8Tensor) {
+      host_.a1_scale = 1.f / kFp8E4m3Max;  // |X| <= 1
+      host_.a2_scale = 4.f / kFp8E4m3Max;  // the intermediate is O(1); larger values saturate (as on the GPU)
+    }
+  }
   if (spec.has_bias) {
     fill_uniform(host_.b1, EL * R, seed + 4, 0.5, -1);
     fill_uniform(host_.b2, EL * K, seed + 5, 0.5, -1);
@@ -85,8 +98,23 @@ MoeProblem::MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std:
   }
 
   hidden = DeviceBuffer::from(api, to_bits(host_.hidden, dt));
-  w1 = DeviceBuffer::from(api, to_bits(host_.w1, dt));
-  w2 = DeviceBuffer::from(api, to_bits(host_.w2, dt));
+  if (spec.quant == kQuantNone) {
+    w1 = DeviceBuffer::from(api, to_bits(host_.w1, dt));
+    w2 = DeviceBuffer::from(api, to_bits(host_.w2, dt));
+  } else {
+    w1 = DeviceBuffer::from(api, q1.weights);
+    w2 = DeviceBuffer::from(api, q2.weights);
+    w1_scale = DeviceBuffer::from(api, q1.scales);
+    w2_scale = DeviceBuffer::from(api, q2.scales);
+    if (!q1.zeros.empty()) {
+      w1_zero = DeviceBuffer::from(api, q1.zeros);
+      w2_zero = DeviceBuffer::from(api, q2.zeros);
+    }
+    if (spec.quant == kQuantFp8Tensor) {
+      a1_scale = DeviceBuffer::from(api, std::vector<float>{host_.a1_scale});
+      a2_scale = DeviceBuffer::from(api, std::vector<float>{host_.a2_scale});
+    }
+  }
   if (spec.has_bias) {
     b1 = DeviceBuffer::from(api, host_.b1);
     b2 = DeviceBuffer::from(api, host_.b2);
@@ -112,6 +140,12 @@ MoeForwardArgs MoeProblem::args(int m, bool modular) const {
   p.expert_map = expert_map.ptr();
   p.w1 = w1.ptr();
   p.w2 = w2.ptr();
+  p.w1_scale = w1_scale.ptr();
+  p.w2_scale = w2_scale.ptr();
+  p.w1_zero = w1_zero.ptr();
+  p.w2_zero = w2_zero.ptr();
+  p.a1_scale = a1_scale.ptr();
+  p.a2_scale = a2_scale.ptr();
   if (spec_.has_bias) {
     p.b1 = b1.ptr();
     p.b2 = b2.ptr();

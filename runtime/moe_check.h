@@ -17,7 +17,8 @@ class MoeProblem {
   // Inputs for up to max_tokens tokens: hidden U(-1, 1); W1, W2 scaled by 1/sqrt(fan-in) so every
   // stage stays O(1); biases U(-0.5, 0.5) when the spec has them; router logits N(0, 1)-like;
   // random distinct top-k ids with positive weights for the modular forward; with expert
-  // parallelism a random half-local expert_map.
+  // parallelism a random half-local expert_map. Quantized layers: random codes and scales of the
+  // same magnitudes (random_quantized_weights); the host copies hold the exact dequantized values.
   // workspace_bytes: MoeLayer::workspace_bytes(max_tokens) of the layer that will run it.
   MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std::size_t workspace_bytes, std::uint64_t seed);
 
@@ -41,6 +42,8 @@ class MoeProblem {
   static std::vector<int> sample_tokens(int num_tokens, int max_checked);
 
   DeviceBuffer hidden, logits, topk_ids, topk_weights, expert_map, w1, w2, b1, b2, out, workspace;
+  // Quantized layers (spec.quant): weight scales, int4 zero points, fp8_tensor's static scales.
+  DeviceBuffer w1_scale, w2_scale, w1_zero, w2_zero, a1_scale, a2_scale;
 
  private:
   DriverApi& api_;

@@ -1,6 +1,7 @@
 #include "runtime/moe_layer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "common/error.h"
@@ -29,6 +30,15 @@ RouterConfig layer_router_config(const MoeSpec& spec) {
   return c;
 }
 
+// Scale granularity of the activations of a w8a8 layer (the moe_act_quant "mode").
+const char* act_quant_mode(MoeQuant q) {
+  return q == kQuantFp8Block ? "group128" : q == kQuantFp8Channel ? "row" : "static";
+}
+// fp32 activation scales per row of a w8a8 GEMM's A with `cols` columns (0 = one static scale).
+std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
+  return q == kQuantFp8Block ? (cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize : q == kQuantFp8Channel ? 1 : 0;
+}
+
 unsigned elementwise_blocks(long long work_items, int threads) {
   return static_cast<unsigned>(std::clamp<long long>((work_items + threads - 1) / threads, 1, kMaxElementwiseBlocks));
 }
@@ -42,6 +52,7 @@ struct MoeLayer::Kernels {
   const Kernel* reduce = nullptr;
   const Kernel* cast = nullptr;
   const Kernel* activation = nullptr;  // unfused only
+  const Kernel* act_quant = nullptr;   // w8a8 only: activations -> e4m3 before each GEMM
   unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
 };
 
@@ -51,12 +62,15 @@ struct MoeLayer::Workspace {
   CUdeviceptr gemm1_out = 0;     // unfused only
   CUdeviceptr intermediate = 0;
   CUdeviceptr slots = 0;         // fp32: [M, K] accumulator (fast) or [M * top_k, K] rows
+  // w8a8: e4m3 copies of X and of the intermediate, and their scales.
+  CUdeviceptr hidden_q = 0, hidden_scale = 0, intermediate_q = 0, intermediate_scale = 0;
   std::size_t total = 0;
 };
 
 MoeLayer::MoeLayer(Runtime& runtime, MoeSpec spec)
     : runtime_(runtime), spec_(spec), router_(runtime, layer_router_config(spec)) {
-  moe_expert_kernel_specs(spec_, tile_config(1), "sm_80");  // completes (validates) one config's specs now
+  // Completes (validates) one config's specs now, for the oldest arch the layer can run on.
+  moe_expert_kernel_specs(spec_, tile_config(1), quant_is_fp8(spec_.quant) ? "sm_89" : "sm_80");
 }
 
 MoeLayer::~MoeLayer() = default;
@@ -104,6 +118,7 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                           {{"role", std::string(role)},
                            {"dtype", dtype},
                            {"activation", std::string(activation_name(act))},
+                           {"quant", std::string(quant_name(spec.quant))},
                            {"block_m", std::int64_t(c.block_m)},
                            {"block_n", std::int64_t(t.block_n)},
                            {"block_k", std::int64_t(t.block_k)},
@@ -121,6 +136,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
   if (!spec.fused)
     specs.push_back(complete_spec(
         {"moe_activation", arch, {{"dtype", dtype}, {"activation", std::string(activation_name(spec.activation))}}}));
+  if (quant_is_fp8(spec.quant))
+    specs.push_back(complete_spec({"moe_act_quant", arch, {{"dtype", dtype}, {"mode", std::string(act_quant_mode(spec.quant))}}}));
   return specs;
 }
 
@@ -190,6 +207,7 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
   k->reduce = &k->modules[2]->kernel("reduce");
   k->cast = &k->modules[2]->kernel("cast");
   if (!spec_.fused) k->activation = &k->modules[3]->kernel("activation");
+  if (quant_is_fp8(spec_.quant)) k->act_quant = &k->modules.back()->kernel("quantize");
   k->gemm1_threads = unsigned(specs[0].get_int("threads"));
   k->gemm1_smem = unsigned(specs[0].get_int("smem_bytes"));
   k->gemm2_threads = unsigned(specs[1].get_int("threads"));
@@ -214,6 +232,12 @@ MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
   take(w.intermediate, w.max_rows * N * elem);
   const bool accumulator = spec_.fused && spec_.reduce == ReduceMode::Fast;
   take(w.slots, (accumulator ? M : M * spec_.top_k) * K * sizeof(float));
+  if (quant_is_fp8(spec_.quant)) {
+    take(w.hidden_q, M * K);
+    take(w.hidden_scale, M * act_scales_per_row(spec_.quant, K) * sizeof(float));
+    take(w.intermediate_q, w.max_rows * N);
+    take(w.intermediate_scale, w.max_rows * act_scales_per_row(spec_.quant, N) * sizeof(float));
+  }
   w.total = offset;
   return w;
 }
@@ -260,13 +284,58 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   MoeStageBuffers stage{m, w.max_rows, w.gemm1_out, w.intermediate, w.slots, sort.gather_index, sort.scatter_index,
                         sort.totals};
 
+  // w8a8: rows of DTYPE -> e4m3 + scales (per 128 columns, per row, or the static scale).
+  const bool fp8 = quant_is_fp8(spec_.quant);
+  auto quantize = [&](CUdeviceptr in, long long ld_in, CUdeviceptr out, CUdeviceptr scale, int cols, long long rows,
+                      const int* totals, const int* gather, const TensorView& static_scale) {
+    MoeActQuantArgs q{};
+    q.in = reinterpret_cast<const void*>(in);
+    q.ld_in = ld_in;
+    q.out = reinterpret_cast<unsigned char*>(out);
+    q.ld_out = cols;
+    q.scale = reinterpret_cast<float*>(scale);
+    q.ld_scale = act_scales_per_row(spec_.quant, cols);
+    q.static_scale = static_scale.given() ? reinterpret_cast<const float*>(static_scale.data) : nullptr;
+    q.cols = cols;
+    q.num_rows = static_cast<int>(rows);
+    q.totals = totals;
+    q.gather_index = gather;
+    const unsigned t = k.elementwise_threads;
+    const long long warps = rows * std::max<std::int64_t>(q.ld_scale, 1);
+    k.act_quant->launch(stream, {elementwise_blocks(warps * 32, t), 1, 1, t, 1, 1, 0}, q);
+  };
+  // Weights as stored (bytes), their scales and zero points.
+  auto set_weights = [&](MoeGemmArgs& g, const TensorView& w, const TensorView& scale, const TensorView& zero) {
+    const std::size_t es = scalar_type_size(w.dtype);
+    g.b = reinterpret_cast<const void*>(w.data);
+    g.b_expert_stride = w.strides[0] * static_cast<long long>(es);
+    g.ldb = w.strides[1] * static_cast<long long>(es);
+    g.b_scale = scale.given() ? reinterpret_cast<const void*>(scale.data) : nullptr;
+    g.b_scale_expert_stride = scale.given() ? scale.strides[0] : 0;
+    g.b_scale_row_stride = scale.rank >= 2 ? scale.strides[1] : 0;
+    g.b_scale_row_shift = spec_.quant == kQuantFp8Block ? 7 : 0;
+    g.b_scale_k_shift = spec_.quant == kQuantInt4Group ? std::countr_zero(unsigned(spec_.quant_group))
+                        : spec_.quant == kQuantMxfp4  ? std::countr_zero(unsigned(kMxfp4GroupSize))
+                        : spec_.quant == kQuantFp8Block ? 7
+                                                          : 0;
+    g.b_zero = zero.given() ? reinterpret_cast<const unsigned char*>(zero.data) : nullptr;
+  };
+  static_assert(kQuantFp8BlockSize == 1 << 7, "b_scale_row_shift / b_scale_k_shift above");
+
   // GEMM1: fused -> activation in the epilogue; unfused -> raw [rows, W1 rows], then the activation.
   MoeGemmArgs g{};
-  g.a = reinterpret_cast<const void*>(args.hidden.data);
-  g.lda = args.hidden.strides[0];
-  g.b = reinterpret_cast<const void*>(args.w1.data);
-  g.b_expert_stride = args.w1.strides[0];
-  g.ldb = args.w1.strides[1];
+  if (fp8) {
+    quantize(args.hidden.data, args.hidden.strides[0], w.hidden_q, w.hidden_scale, spec_.hidden, m, nullptr, nullptr,
+             args.a1_scale);
+    g.a = reinterpret_cast<const void*>(w.hidden_q);
+    g.lda = spec_.hidden;
+    g.a_scale = reinterpret_cast<const float*>(spec_.quant == kQuantFp8Tensor ? args.a1_scale.data : w.hidden_scale);
+    g.a_scale_ld = act_scales_per_row(spec_.quant, spec_.hidden);
+  } else {
+    g.a = reinterpret_cast<const void*>(args.hidden.data);
+    g.lda = args.hidden.strides[0] * 2;
+  }
+  set_weights(g, args.w1, args.w1_scale, args.w1_zero);
   g.bias = spec_.has_bias ? reinterpret_cast<const float*>(args.b1.data) : nullptr;
   g.bias_expert_stride = spec_.has_bias ? args.b1.strides[0] : 0;
   g.n_out = spec_.fused ? spec_.intermediate : spec_.w1_rows();
@@ -309,11 +378,18 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   auto& api = runtime_.driver();
   if (atomic)
     MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.slots, 0, std::size_t(m) * spec_.hidden, stream));
-  g.a = reinterpret_cast<const void*>(w.intermediate);
-  g.lda = spec_.intermediate;
-  g.b = reinterpret_cast<const void*>(args.w2.data);
-  g.b_expert_stride = args.w2.strides[0];
-  g.ldb = args.w2.strides[1];
+  if (fp8) {
+    quantize(w.intermediate, spec_.intermediate, w.intermediate_q, w.intermediate_scale, spec_.intermediate,
+             max_tiles * bm, sort.totals, sort.gather_index, args.a2_scale);
+    g.a = reinterpret_cast<const void*>(w.intermediate_q);
+    g.lda = spec_.intermediate;
+    g.a_scale = reinterpret_cast<const float*>(spec_.quant == kQuantFp8Tensor ? args.a2_scale.data : w.intermediate_scale);
+    g.a_scale_ld = act_scales_per_row(spec_.quant, spec_.intermediate);
+  } else {
+    g.a = reinterpret_cast<const void*>(w.intermediate);
+    g.lda = std::int64_t(spec_.intermediate) * 2;
+  }
+  set_weights(g, args.w2, args.w2_scale, args.w2_zero);
   g.bias = spec_.has_bias ? reinterpret_cast<const float*>(args.b2.data) : nullptr;
   g.bias_expert_stride = spec_.has_bias ? args.b2.strides[0] : 0;
   g.n_out = spec_.hidden;

@@ -36,8 +36,13 @@ struct MoeForwardArgs {
   TensorView topk_ids;         // [M, top_k] i32, contiguous
   TensorView topk_weights;     // [M, top_k] f32, contiguous
   TensorView expert_map;       // [E] i32 global -> local (-1 = remote); required when E_local < E
-  TensorView w1;               // [E_local, W1 rows, K] dtype (W1 rows = 2N gated, else N)
-  TensorView w2;               // [E_local, K, N] dtype
+  TensorView w1;               // [E_local, W1 rows, K] dtype (W1 rows = 2N gated, else N); quantized:
+  TensorView w2;               // [E_local, K, N] dtype        as quant_weight_layout says (moe_quant.h)
+  // Quantized weights (spec.quant): scales and int4 zero points of W1 / W2, shaped as
+  // quant_weight_layout says; fp8_tensor also takes static activation scales a1 (X), a2 (intermediate).
+  TensorView w1_scale, w2_scale;
+  TensorView w1_zero, w2_zero;
+  TensorView a1_scale, a2_scale;  // f32 [1]
   TensorView b1;               // [E_local, W1 rows] f32 (spec.has_bias)
   TensorView b2;               // [E_local, K] f32 (spec.has_bias)
   TensorView out;              // [M, K] dtype
@@ -50,6 +55,7 @@ struct MoeForwardArgs {
 struct MoeDevicePointers {
   CUdeviceptr hidden = 0, router_logits = 0, correction_bias = 0, topk_ids = 0, topk_weights = 0, expert_map = 0;
   CUdeviceptr w1 = 0, w2 = 0, b1 = 0, b2 = 0, out = 0, workspace = 0;
+  CUdeviceptr w1_scale = 0, w2_scale = 0, w1_zero = 0, w2_zero = 0, a1_scale = 0, a2_scale = 0;
   std::size_t workspace_size = 0;
 };
 // The forward arguments for `num_tokens` tokens over such buffers: a view for every non-zero address.

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <thread>
 
+#include "common/half_float.h"
+#include "runtime/moe_quant.h"
+
 namespace moejit {
 
 namespace {
@@ -43,10 +46,16 @@ double reference_activation_single(MoeActivation act, double x) {
 std::vector<double> reference_moe(const MoeSpec& s, const MoeHostTensors& t, const std::vector<int>& tokens) {
   const std::size_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), k = s.top_k;
   const bool gated = activation_is_gated(s.activation), interleaved = activation_is_interleaved(s.activation);
+  const bool fp8 = quant_is_fp8(s.quant);
   std::vector<double> out(tokens.size() * K, 0.0);
   auto one_token = [&](std::size_t i) {
     const std::size_t tok = tokens[i];
     std::vector<double> h(R), act(N);
+    std::vector<float> xq, actq(fp8 ? N : 0);
+    if (fp8) {
+      xq.assign(t.hidden.begin() + tok * K, t.hidden.begin() + (tok + 1) * K);
+      fp8_quantize_dequantize_row(s, xq.data(), static_cast<std::int64_t>(K), t.a1_scale);
+    }
     for (std::size_t slot = 0; slot < k; ++slot) {
       const int global = t.topk_ids[tok * k + slot];
       const int e = t.expert_map.empty() ? global : t.expert_map[global];
@@ -54,7 +63,7 @@ std::vector<double> reference_moe(const MoeSpec& s, const MoeHostTensors& t, con
       const double w = t.topk_weights[tok * k + slot];
       const double in_scale = s.router_weight_on_input ? w : 1.0;
       const double out_scale = s.router_weight_on_input ? 1.0 : w;
-      const float* x = &t.hidden[tok * K];
+      const float* x = fp8 ? xq.data() : &t.hidden[tok * K];
       for (std::size_t r = 0; r < R; ++r) {
         const float* wr = &t.w1[(std::size_t(e) * R + r) * K];
         double acc = 0;
@@ -69,6 +78,12 @@ std::vector<double> reference_moe(const MoeSpec& s, const MoeHostTensors& t, con
         } else {
           act[j] = reference_activation_single(s.activation, h[j]);
         }
+      }
+      if (fp8) {  // the GPU stores the intermediate in DTYPE, then quantizes it
+        for (std::size_t j = 0; j < N; ++j)
+          actq[j] = half_bits_to_float(float_to_half_bits(static_cast<float>(act[j]), s.dtype), s.dtype);
+        fp8_quantize_dequantize_row(s, actq.data(), static_cast<std::int64_t>(N), t.a2_scale);
+        for (std::size_t j = 0; j < N; ++j) act[j] = actq[j];
       }
       for (std::size_t c = 0; c < K; ++c) {
         const float* wr = &t.w2[(std::size_t(e) * K + c) * N];

@@ -2,6 +2,9 @@
 // out = sum over its top-k slots of weight * (act(x W1[e]^T + b1) W2[e]^T + b2), with the router
 // weight on the input instead when the spec says so. Inputs are the values the GPU sees (already
 // rounded to bf16/f16), held as floats (exact for 16-bit values); all arithmetic is fp64.
+// Quantized weights: w1/w2 hold the dequantized values (q * scale, exact in fp32). w8a8 (fp8): X
+// and the intermediate (rounded to DTYPE, as the GPU stores it) go through the same e4m3
+// quantization as on the GPU (fp8_quantize_dequantize_row) before their GEMM.
 #pragma once
 
 #include <vector>
@@ -18,6 +21,7 @@ struct MoeHostTensors {
   std::vector<int> topk_ids;         // [M, top_k] global expert ids
   std::vector<float> topk_weights;   // [M, top_k]
   std::vector<int> expert_map;       // [E] global -> local, -1 = remote; empty = identity
+  float a1_scale = 0, a2_scale = 0;  // fp8_tensor: static activation scales
 };
 
 double reference_activation_gated(MoeActivation act, double gate, double up, double alpha, double limit);

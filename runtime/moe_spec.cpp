@@ -45,6 +45,23 @@ std::vector<std::string> MoeSpec::unsupported() const {
   need(std::isfinite(swiglu_alpha) && std::isfinite(swiglu_limit) && swiglu_limit > 0,
        "swiglu_alpha and swiglu_limit must be finite, the limit positive");
   need(std::isfinite(routed_scaling_factor), "routed_scaling_factor must be finite");
+  need(quant >= kQuantNone && quant <= kQuantFp8Tensor, fmt::format("quant code {} is unknown", int(quant)));
+  // Every stored row of a k tile must be whole 16-byte chunks: 32 elements at 4 bits, 16 at 8.
+  auto divisible = [&](int unit, const std::string& why_unit) {
+    need(hidden % unit == 0 && intermediate % unit == 0,
+         fmt::format("quant {} needs hidden = {} and intermediate = {} to be multiples of {} ({})",
+                     quant_name(quant), hidden, intermediate, unit, why_unit));
+  };
+  if (quant == kQuantInt4Group) {
+    need(quant_group == 32 || quant_group == 64 || quant_group == 128,
+         fmt::format("quant_group = {} must be 32, 64 or 128", quant_group));
+    if (quant_group > 0) divisible(std::max(quant_group, 32), "whole scale groups of 16-byte chunks");
+  } else if (quant == kQuantMxfp4) {
+    divisible(kMxfp4GroupSize, "one e8m0 scale per 32 elements");
+  } else if (quant != kQuantNone) {
+    divisible(16, "16-byte chunks of 8-bit elements");
+  }
+  need(!quant_zero_points || quant == kQuantInt4Group, "quant_zero_points applies to int4_group only");
   return why;
 }
 
@@ -61,7 +78,16 @@ std::string MoeSpec::describe() const {
     dt = dtype_name(dtype);
   } catch (const Error&) {
   }
-  return fmt::format("E={} top_k={} K={} N={} {} {}{}{}{}{}", num_experts, top_k, hidden, intermediate, act, dt,
+  std::string q;
+  if (quant != kQuantNone) {
+    try {
+      q = fmt::format(" {}", quant_name(quant));
+    } catch (const Error&) {
+      q = " quant?";
+    }
+    if (quant == kQuantInt4Group) q += fmt::format("/g{}{}", quant_group, quant_zero_points ? "+zp" : "");
+  }
+  return fmt::format("E={} top_k={} K={} N={} {} {}{}{}{}{}{}", num_experts, top_k, hidden, intermediate, act, dt, q,
                      has_bias ? " bias" : "", router_weight_on_input ? " weight-on-input" : "",
                      reduce == ReduceMode::Deterministic ? " deterministic" : "", fused ? "" : " unfused");
 }
@@ -86,7 +112,10 @@ nlohmann::json MoeSpec::to_json() const {
           {"reduce", reduce == ReduceMode::Fast ? "fast" : "deterministic"},
           {"fused", fused},
           {"swiglu_alpha", swiglu_alpha},
-          {"swiglu_limit", swiglu_limit}};
+          {"swiglu_limit", swiglu_limit},
+          {"quant", quant_name(quant)},
+          {"quant_group", quant_group},
+          {"quant_zero_points", quant_zero_points}};
 }
 
 MoeSpec MoeSpec::from_json(const nlohmann::json& j) {
@@ -126,6 +155,9 @@ MoeSpec MoeSpec::from_json(const nlohmann::json& j) {
     s.fused = j.value("fused", s.fused);
     s.swiglu_alpha = j.value("swiglu_alpha", s.swiglu_alpha);
     s.swiglu_limit = j.value("swiglu_limit", s.swiglu_limit);
+    if (j.contains("quant")) s.quant = static_cast<MoeQuant>(parse_quant(j["quant"].get<std::string>()));
+    s.quant_group = j.value("quant_group", s.quant_group);
+    s.quant_zero_points = j.value("quant_zero_points", s.quant_zero_points);
   } catch (const nlohmann::json::exception& e) {
     throw Error(Phase::Validate, fmt::format("MoE spec: {}", e.what()));
   }

@@ -10,6 +10,7 @@
 #include "runtime/router.h"
 #include "templates/common/dtype_kinds.cuh"
 #include "templates/moe/activation_kinds.cuh"
+#include "templates/moe/quant_kinds.cuh"
 
 namespace moejit {
 
@@ -40,6 +41,10 @@ struct MoeSpec {
   bool fused = true;                    // false: GEMM1, activation, GEMM2, top-k sum as separate stages
   float swiglu_alpha = 1.702f;          // swigluoai
   float swiglu_limit = 7.0f;            // swigluoai, swiglustep
+  // Quantized experts (templates/moe/quant_kinds.cuh documents each layout; docs/quantization.md).
+  MoeQuant quant = kQuantNone;
+  int quant_group = 128;                // int4_group: k elements per scale (32, 64 or 128)
+  bool quant_zero_points = false;       // int4_group: per-group uint8 zero points (else 8)
 
   int local_experts() const { return num_local_experts < 0 ? num_experts : num_local_experts; }
   int w1_rows() const { return activation_is_gated(activation) ? 2 * intermediate : intermediate; }

@@ -2,8 +2,12 @@
 // strides, alignment and null pointers, and the workspace size. One clear Error(Validate) each.
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "common/error.h"
 #include "runtime/moe_layer.h"
+#include "runtime/moe_quant.h"
+#include "jit/moe_names.h"
 
 namespace moejit {
 
@@ -13,11 +17,25 @@ const char* scalar_type_name(ScalarType t) {
     case ScalarType::F16: return "f16";
     case ScalarType::F32: return "f32";
     case ScalarType::I32: return "i32";
+    case ScalarType::I8: return "i8";
+    case ScalarType::U8: return "u8";
+    case ScalarType::F8E4M3: return "f8e4m3";
   }
   return "?";
 }
 
-std::size_t scalar_type_size(ScalarType t) { return (t == ScalarType::BF16 || t == ScalarType::F16) ? 2 : 4; }
+std::size_t scalar_type_size(ScalarType t) {
+  switch (t) {
+    case ScalarType::BF16:
+    case ScalarType::F16: return 2;
+    case ScalarType::F32:
+    case ScalarType::I32: return 4;
+    case ScalarType::I8:
+    case ScalarType::U8:
+    case ScalarType::F8E4M3: return 1;
+  }
+  return 0;
+}
 
 TensorView TensorView::contiguous(CUdeviceptr data, ScalarType dtype, std::initializer_list<std::int64_t> shape) {
   MOEJIT_REQUIRE(shape.size() >= 1 && shape.size() <= std::size_t(kMaxRank), "tensor view: rank {} must be in [1, {}]",
@@ -72,8 +90,29 @@ MoeForwardArgs contiguous_moe_args(const MoeSpec& s, int m, const MoeDevicePoint
   a.topk_ids = view(p.topk_ids, ScalarType::I32, {m, k});
   a.topk_weights = view(p.topk_weights, ScalarType::F32, {m, k});
   a.expert_map = view(p.expert_map, ScalarType::I32, {E});
-  a.w1 = view(p.w1, dt, {EL, R, K});
-  a.w2 = view(p.w2, dt, {EL, K, N});
+  auto weight_views = [&](CUdeviceptr w, CUdeviceptr scale, CUdeviceptr zero, std::int64_t rows, std::int64_t cols,
+                          TensorView& wv, TensorView& sv, TensorView& zv) {
+    const QuantTensorLayout l = quant_weight_layout(s, EL, rows, cols);
+    auto shaped = [](CUdeviceptr ptr, ScalarType type, const std::vector<std::int64_t>& shape) {
+      if (!ptr) return TensorView{};
+      TensorView v = TensorView::contiguous(ptr, type, {1});
+      v.rank = static_cast<int>(shape.size());
+      std::int64_t stride = 1;
+      for (int d = v.rank - 1; d >= 0; --d) {
+        v.shape[d] = shape[d];
+        v.strides[d] = stride;
+        stride *= shape[d];
+      }
+      return v;
+    };
+    wv = shaped(w, l.weight_type, l.weight_shape);
+    if (l.has_scale) sv = shaped(scale, l.scale_type, l.scale_shape);
+    if (l.has_zero) zv = shaped(zero, ScalarType::U8, l.scale_shape);
+  };
+  weight_views(p.w1, p.w1_scale, p.w1_zero, R, K, a.w1, a.w1_scale, a.w1_zero);
+  weight_views(p.w2, p.w2_scale, p.w2_zero, K, N, a.w2, a.w2_scale, a.w2_zero);
+  a.a1_scale = view(p.a1_scale, ScalarType::F32, {1});
+  a.a2_scale = view(p.a2_scale, ScalarType::F32, {1});
   a.b1 = view(p.b1, ScalarType::F32, {EL, R});
   a.b2 = view(p.b2, ScalarType::F32, {EL, K});
   a.out = view(p.out, dt, {m, K});
@@ -86,7 +125,7 @@ namespace {
 
 // Checks a tensor: given, dtype, exact shape (-1 = any), innermost stride 1, every other stride at
 // least the extent it spans (no overlap), byte alignment of the pointer and of the row strides.
-void check_tensor(const char* name, const TensorView& v, ScalarType dtype, std::initializer_list<std::int64_t> shape,
+void check_tensor(const char* name, const TensorView& v, ScalarType dtype, const std::vector<std::int64_t>& shape,
                   std::size_t align_bytes) {
   MOEJIT_REQUIRE(v.given(), "moe: {} is required but was not given", name);
   const std::string what = fmt::format("moe: {} {}", name, v.describe());
@@ -113,6 +152,8 @@ void check_tensor(const char* name, const TensorView& v, ScalarType dtype, std::
   MOEJIT_REQUIRE(v.data % align_bytes == 0, "{}: pointer must be {}-byte aligned", what, align_bytes);
 }
 
+bool zero_points_match_scales_needed(const MoeSpec& s) { return s.quant == kQuantInt4Group && s.quant_zero_points; }
+
 }  // namespace
 
 void MoeLayer::check(const MoeForwardArgs& a) const {
@@ -124,8 +165,30 @@ void MoeLayer::check(const MoeForwardArgs& a) const {
   const std::int64_t m = a.hidden.shape[0];
   MOEJIT_REQUIRE(m * k < (std::int64_t(1) << 31), "moe: num_tokens * top_k = {} exceeds int32 indexing", m * k);
   check_tensor("out", a.out, dt, {m, K}, 8);
-  check_tensor("w1", a.w1, dt, {EL, s.w1_rows(), K}, 16);
-  check_tensor("w2", a.w2, dt, {EL, K, N}, 16);
+  auto check_weight = [&](const char* name, const char* scale_name, const char* zero_name, const TensorView& w,
+                          const TensorView& scale, const TensorView& zero, std::int64_t rows, std::int64_t cols) {
+    const QuantTensorLayout l = quant_weight_layout(s, EL, rows, cols);
+    check_tensor(name, w, l.weight_type, l.weight_shape, 16);
+    if (l.has_scale) check_tensor(scale_name, scale, l.scale_type, l.scale_shape, scalar_type_size(l.scale_type));
+    else MOEJIT_REQUIRE(!scale.given(), "moe: {} was given but quant {} has no weight scales", scale_name, quant_name(s.quant));
+    if (l.has_zero) check_tensor(zero_name, zero, ScalarType::U8, l.scale_shape, 1);
+    else MOEJIT_REQUIRE(!zero.given(), "moe: {} was given but the spec has no zero points (quant_zero_points)", zero_name);
+    if (l.has_scale)  // the kernel walks scale rows and groups with the scale view's strides
+      MOEJIT_REQUIRE(scale.rank < 3 || scale.strides[2] == 1, "moe: {} must be contiguous in its last dimension", scale_name);
+  };
+  check_weight("w1", "w1_scale", "w1_zero", a.w1, a.w1_scale, a.w1_zero, s.w1_rows(), K);
+  check_weight("w2", "w2_scale", "w2_zero", a.w2, a.w2_scale, a.w2_zero, K, N);
+  if (zero_points_match_scales_needed(s)) {
+    MOEJIT_REQUIRE(a.w1_zero.strides == a.w1_scale.strides && a.w2_zero.strides == a.w2_scale.strides,
+                   "moe: zero points must have the strides of their scales (the kernel indexes both alike)");
+  }
+  if (s.quant == kQuantFp8Tensor) {
+    check_tensor("a1_scale", a.a1_scale, ScalarType::F32, {1}, 4);
+    check_tensor("a2_scale", a.a2_scale, ScalarType::F32, {1}, 4);
+  } else {
+    MOEJIT_REQUIRE(!a.a1_scale.given() && !a.a2_scale.given(),
+                   "moe: a1_scale / a2_scale (static activation scales) apply to fp8_tensor only");
+  }
   if (s.has_bias) {
     check_tensor("b1", a.b1, ScalarType::F32, {EL, s.w1_rows()}, 4);
     check_tensor("b2", a.b2, ScalarType::F32, {EL, K}, 4);

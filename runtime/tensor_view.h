@@ -11,7 +11,8 @@
 
 namespace moejit {
 
-enum class ScalarType { BF16, F16, F32, I32 };
+// I8: int8 weights; U8: packed 4-bit weights, e8m0 scales, zero points; F8E4M3: fp8 weights.
+enum class ScalarType { BF16, F16, F32, I32, I8, U8, F8E4M3 };
 
 const char* scalar_type_name(ScalarType t);
 std::size_t scalar_type_size(ScalarType t);

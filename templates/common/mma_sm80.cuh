@@ -49,6 +49,33 @@ __device__ inline void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned
   }
 }
 
+// d[16x8] += a[16x32] * b[32x8] on e4m3 operands, fp32 accumulators (sm_89+). The fragments hold
+// the same bytes as the 16-bit m16n8k16 ones (4 bytes per register, 32 bytes per row), so the same
+// ldmatrix addressing feeds both.
+__device__ inline void mma_16832_e4m3(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm volatile(
+      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the host refuses fp8 specs below sm_89
+#endif
+}
+
+// (lo, hi) fp32 -> two e4m3 in the low 16 bits (lo in the low byte), round to nearest, saturating
+// to +-448 (sm_89+).
+__device__ inline unsigned short pack2_e4m3(float lo, float hi) {
+  unsigned short r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+#else
+  __trap();
+#endif
+  return r;
+}
+
 // (lo, hi) -> one 32-bit word holding two 16-bit values, lo in the low half (round to nearest).
 template <int DTYPE>
 __device__ inline unsigned pack2(float lo, float hi) {

@@ -28,3 +28,23 @@ struct MoeReduceArgs {
 };
 
 }  // namespace moejit
+
+namespace moejit {
+
+// fp8 activation quantization (moe_act_quant): DTYPE rows -> e4m3 rows + fp32 scales, before an
+// e4m3 GEMM (X before GEMM1, the intermediate before GEMM2).
+struct MoeActQuantArgs {
+  const void* in;             // [rows, ld_in] DTYPE
+  long long ld_in;            // elements
+  unsigned char* out;         // [rows, ld_out] e4m3
+  long long ld_out;           // bytes
+  float* scale;               // [rows, ld_scale] fp32: per 128 columns (group mode) or per row
+  long long ld_scale;
+  const float* static_scale;  // kActQuantStatic: the tensor's scale (device); else unused
+  int cols;                   // a multiple of 4
+  int num_rows;               // host bound on rows (grid size)
+  const int* totals;          // non-null: rows = totals[1] (padded rows of the routing)
+  const int* gather_index;    // non-null: rows with -1 (padding) are skipped
+};
+
+}  // namespace moejit

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common/host_device.cuh"
+#include "moe/quant_kinds.cuh"
 
 namespace moejit {
 
@@ -21,15 +22,15 @@ enum MoeGemmRole : int {
 
 struct MoeGemmArgs {
   const void* a;                  // GEMM1: X [num_tokens, lda]; GEMM2: intermediate [padded rows, lda]
-  long long lda;                  // elements
+  long long lda;                  // bytes between A rows
   const void* b;                  // weights [E_local, rows, ldb] row-major, reduction dim contiguous
-  long long b_expert_stride;      // elements between experts
-  long long ldb;                  // elements between weight rows
+  long long b_expert_stride;      // bytes between experts
+  long long ldb;                  // bytes between weight rows
   const float* bias;              // [E_local, bias_expert_stride] fp32 or null (indexed by weight row)
   long long bias_expert_stride;
   void* c;                        // output (see MoeGemmRole)
   long long ldc;                  // elements
-  int inner;                      // reduction length: K for GEMM1, N for GEMM2; a multiple of 8
+  int inner;                      // reduction length: K for GEMM1, N for GEMM2 (whole 16-byte chunks)
   int n_out;                      // output columns; a multiple of 8
   int up_row_offset;              // gated, not interleaved: weight row of up column j = j + up_row_offset
   int top_k;
@@ -41,12 +42,37 @@ struct MoeGemmArgs {
   int weight_on_output;           // GEMM2: multiply the result (bias included) by the router weight
   float alpha;                    // swigluoai
   float limit;                    // swigluoai, swiglustep
+  // Quantization (QUANT, quant_kinds.cuh); null / 0 when QUANT is kQuantNone.
+  const void* b_scale;              // weight scales (fp32; DTYPE for int4; e8m0 bytes for mxfp4)
+  long long b_scale_expert_stride;  // elements between experts
+  long long b_scale_row_stride;     // elements between scale rows (0: one scale per expert)
+  int b_scale_row_shift;            // weight row r -> scale row r >> shift (7: 128-row blocks)
+  int b_scale_k_shift;              // k -> scale column k >> shift (log2 of the k group)
+  const unsigned char* b_zero;      // int4 zero points, indexed as the scales; null = 8 (symmetric)
+  const float* a_scale;             // fp8: activation scales [A rows, a_scale_ld]; ld 0 = one scale
+  long long a_scale_ld;
 };
 
 // Dynamic shared memory of one instance: STAGES ring slots of an A tile [BLOCK_M, BLOCK_K] and a B
-// tile [B rows, BLOCK_K] of 16-bit elements, B rows = 2 * BLOCK_N for gated activations.
-MOEJIT_HOST_DEVICE constexpr int moe_gemm_smem_bytes(int block_m, int block_n, int block_k, int stages, bool gated) {
-  return stages * (block_m + (gated ? 2 : 1) * block_n) * block_k * 2;
+// tile [B rows, BLOCK_K] as stored (B rows = 2 * BLOCK_N for gated activations), plus one DTYPE B
+// tile when B is dequantized in shared memory.
+MOEJIT_HOST_DEVICE constexpr int moe_gemm_smem_bytes(int block_m, int block_n, int block_k, int stages, bool gated,
+                                                     int quant) {
+  const int b_rows = (gated ? 2 : 1) * block_n;
+  const int a_stage = block_m * block_k * quant_activation_bytes(quant);
+  const int b_stage = b_rows * block_k * quant_weight_bits(quant) / 8;
+  return stages * (a_stage + b_stage) + (quant_dequantizes_b(quant) ? b_rows * block_k * 2 : 0);
+}
+
+// fp32 accumulators one thread holds; fp8_block holds a second set (one scale block's sum).
+MOEJIT_HOST_DEVICE constexpr int moe_gemm_accumulators(int block_m, int block_n, int warps_m, int warps_n, bool gated,
+                                                       int quant) {
+  return (gated ? 2 : 1) * (block_m / warps_m) * (block_n / warps_n) / 32 * (quant == kQuantFp8Block ? 2 : 1);
+}
+// Above this ptxas (NVRTC 13.0, sm_90a, one CTA per SM) spills; found by the CPU spill test over the
+// tuner's tile space. Gated fp8_block also keeps per-column block scales of both sets live.
+MOEJIT_HOST_DEVICE constexpr int moe_gemm_max_accumulators(bool gated, int quant) {
+  return gated && quant == kQuantFp8Block ? 96 : 128;
 }
 
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays

@@ -12,10 +12,20 @@
 //
 // Gated activations: the B tile holds BLOCK_N gate rows then BLOCK_N up rows of W1, and each warp
 // accumulates both for the same output columns, so the epilogue pairs them in registers.
+//
+// Quantized weights (QUANT, quant_kinds.cuh):
+//  - weight-only (int8, int4, mxfp4): the ring holds B as stored; after each slot lands, the CTA
+//    dequantizes it into one DTYPE tile (swizzled as above) and the DTYPE mma reads that.
+//  - w8a8 e4m3: A (pre-quantized activations) and B are bytes; a smem row holds BLOCK_K bytes and
+//    mma m16n8k32 consumes the same fragments as m16n8k16 (32 bytes per row step). 128x128 block
+//    scales: BLOCK_K = 128, each k tile is one scale block, accumulated apart and then added times
+//    a_scale[row][kb] * b_scale[row block][kb]. Per-channel / per-tensor: one scale pair per output
+//    element, in the epilogue.
 #pragma once
 
 #include "common/mma_sm80.cuh"
 #include "moe/activations.cuh"
+#include "moe/moe_dequant.cuh"
 #include "moe/moe_gemm_args.cuh"
 
 namespace moejit {
@@ -23,19 +33,24 @@ namespace moe_gemm_detail {
 
 // 16-byte chunk c of smem row r lives at chunk swizzle(r, c): the 8 rows one ldmatrix phase reads
 // land in 8 different bank groups.
-template <int BLOCK_K>
+template <int ROW_UNITS>  // 16-bit units per smem row
 __device__ inline int swizzle(int r, int c) {
-  if constexpr (BLOCK_K == 64) return c ^ (r & 7);   // 8 chunks per 128-byte row
-  else return c ^ ((r >> 1) & 3);                    // 4 chunks per 64-byte row: 2 rows per line
+  if constexpr (ROW_UNITS == 64) return c ^ (r & 7);   // 8 chunks per 128-byte row
+  else return c ^ ((r >> 1) & 3);                      // 4 chunks per 64-byte row: 2 rows per line
 }
 
 }  // namespace moe_gemm_detail
 
-template <int ROLE, int DTYPE, int ACT, int BLOCK_M, int BLOCK_N, int BLOCK_K, int WARPS_M, int WARPS_N, int STAGES>
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int BLOCK_K, int WARPS_M, int WARPS_N,
+          int STAGES>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(const MoeGemmArgs args) {
   using namespace moe_gemm_detail;
   constexpr bool GATED = activation_is_gated(ACT);
   constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
+  constexpr bool FP8 = quant_is_fp8(QUANT);
+  constexpr bool DEQUANT = quant_dequantizes_b(QUANT);
+  constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
+  constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
   constexpr int G = GATED ? 2 : 1;                    // accumulator sets: gate (+ up)
   constexpr int THREADS = WARPS_M * WARPS_N * 32;
   constexpr int WM = BLOCK_M / WARPS_M;               // warp tile rows
@@ -43,11 +58,19 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   constexpr int MI = WM / 16;                         // m16 fragments per warp
   constexpr int NI = WN / 8;                          // n8 fragments per warp (per set)
   constexpr int B_ROWS = G * BLOCK_N;
-  constexpr int CHUNKS = BLOCK_K / 8;                 // 16-byte chunks per smem row
-  constexpr int A_STAGE = BLOCK_M * BLOCK_K;          // elements per ring slot
-  constexpr int B_STAGE = B_ROWS * BLOCK_K;
+  constexpr int EB = quant_activation_bytes(QUANT);   // bytes per A element (and per B element as the mma reads it)
+  constexpr int KU = BLOCK_K * EB / 2;                // 16-bit units per smem row of the mma tiles
+  constexpr int CHUNKS = KU / 8;                      // 16-byte chunks per mma-tile row
+  constexpr int K_PER_CHUNK = 16 / EB;                // elements per 16-byte chunk
+  constexpr int B_RAW_ROW = BLOCK_K * quant_weight_bits(QUANT) / 8;  // bytes per stored B row of a k tile
+  constexpr int B_RAW_CHUNKS = B_RAW_ROW / 16;
+  constexpr int B_K_PER_CHUNK = 128 / quant_weight_bits(QUANT);      // stored elements per 16-byte chunk
+  constexpr int A_STAGE = BLOCK_M * KU * 2;           // bytes per ring slot
+  constexpr int B_STAGE = B_ROWS * B_RAW_ROW;
   static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
-  static_assert(BLOCK_K == 32 || BLOCK_K == 64, "BLOCK_K must be 32 or 64");
+  static_assert(KU == 32 || KU == 64, "a smem row must be 64 or 128 bytes (BLOCK_K 32/64, fp8 64/128)");
+  static_assert(B_RAW_CHUNKS >= 1, "a stored B row of a k tile must hold whole 16-byte chunks");
+  static_assert(!BLOCK_SCALED || BLOCK_K == kQuantFp8BlockSize, "block scales: one k tile per 128-wide scale block");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
   static_assert(STAGES >= 2, "the ring needs two slots at least");
 
@@ -60,8 +83,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   const int wm = warp / WARPS_N, wn = warp % WARPS_N;
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  unsigned short* s_a = reinterpret_cast<unsigned short*>(smem_raw);  // [STAGES][BLOCK_M][BLOCK_K]
-  unsigned short* s_b = s_a + STAGES * A_STAGE;                       // [STAGES][B_ROWS][BLOCK_K]
+  unsigned char* s_a = smem_raw;                       // [STAGES][BLOCK_M][KU units]
+  unsigned char* s_b = s_a + STAGES * A_STAGE;         // [STAGES][B_ROWS][B_RAW_ROW bytes]
+  unsigned char* s_bd = s_b + STAGES * B_STAGE;        // DEQUANT: [B_ROWS][KU units] DTYPE
   __shared__ int s_slot[BLOCK_M];     // token * top_k + slot, -1 = padding row
   __shared__ int s_arow[BLOCK_M];     // row of A to read, -1 = zeros
   __shared__ float s_weight[BLOCK_M];
@@ -76,35 +100,71 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   }
   __syncthreads();
 
-  const unsigned short* a_base = static_cast<const unsigned short*>(args.a);
-  const unsigned short* b_base = static_cast<const unsigned short*>(args.b) + expert * args.b_expert_stride;
+  const unsigned char* a_base = static_cast<const unsigned char*>(args.a);
+  const unsigned char* b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride;
   const int k_tiles = (args.inner + BLOCK_K - 1) / BLOCK_K;
+
+  // Weight row feeding smem B row r (gate rows, then up rows), or -1 past the output columns.
+  auto weight_row = [&](int r) {
+    const int half = GATED ? r / BLOCK_N : 0;        // 0 = gate, 1 = up
+    const int col = n0 + (GATED ? r % BLOCK_N : r);  // output column this smem row feeds
+    if (col >= args.n_out) return -1;
+    return !GATED ? col : (INTERLEAVED ? 2 * col + half : col + half * args.up_row_offset);
+  };
+  auto b_scale_index = [&](int wrow, int k) {
+    return expert * args.b_scale_expert_stride + (wrow >> args.b_scale_row_shift) * args.b_scale_row_stride +
+           (k >> args.b_scale_k_shift);
+  };
 
   auto load_stage = [&](int slot, int kt) {
     const int k0 = kt * BLOCK_K;
-    unsigned short* sa = s_a + slot * A_STAGE;
-    unsigned short* sb = s_b + slot * B_STAGE;
+    unsigned char* sa = s_a + slot * A_STAGE;
+    unsigned char* sb = s_b + slot * B_STAGE;
 #pragma unroll
     for (int i = tid; i < BLOCK_M * CHUNKS; i += THREADS) {
-      const int r = i / CHUNKS, c = i % CHUNKS, k = k0 + c * 8;
+      const int r = i / CHUNKS, c = i % CHUNKS, k = k0 + c * K_PER_CHUNK;
       const int arow = s_arow[r];
       const bool valid = arow >= 0 && k < args.inner;
-      const unsigned short* src = valid ? a_base + arow * args.lda + k : a_base;
-      sm80::cp_async_16(sm80::smem_addr(sa + r * BLOCK_K + swizzle<BLOCK_K>(r, c) * 8), src, valid);
+      const unsigned char* src = valid ? a_base + arow * args.lda + k * EB : a_base;
+      sm80::cp_async_16(sm80::smem_addr(sa + (r * KU + swizzle<KU>(r, c) * 8) * 2), src, valid);
     }
 #pragma unroll
+    for (int i = tid; i < B_ROWS * B_RAW_CHUNKS; i += THREADS) {
+      const int r = i / B_RAW_CHUNKS, c = i % B_RAW_CHUNKS, k = k0 + c * B_K_PER_CHUNK;
+      const int wrow = weight_row(r);
+      const bool valid = wrow >= 0 && k < args.inner;
+      const unsigned char* src = valid ? b_base + wrow * args.ldb + k * quant_weight_bits(QUANT) / 8 : b_base;
+      // Stored as is when DEQUANT (read once, by rows); otherwise swizzled for ldmatrix.
+      const int at = DEQUANT ? r * B_RAW_ROW + c * 16 : (r * KU + swizzle<KU>(r, c) * 8) * 2;
+      sm80::cp_async_16(sm80::smem_addr(sb + at), src, valid);
+    }
+  };
+
+  // Ring slot -> DTYPE B tile (DEQUANT only); every element past the ends becomes 0.
+  auto dequantize_stage = [&](int slot, int kt) {
+    const unsigned char* sb = s_b + slot * B_STAGE;
+#pragma unroll
     for (int i = tid; i < B_ROWS * CHUNKS; i += THREADS) {
-      const int r = i / CHUNKS, c = i % CHUNKS, k = k0 + c * 8;
-      const int half = GATED ? r / BLOCK_N : 0;       // 0 = gate, 1 = up
-      const int col = n0 + (GATED ? r % BLOCK_N : r);  // output column this smem row feeds
-      const int wrow = !GATED ? col : (INTERLEAVED ? 2 * col + half : col + half * args.up_row_offset);
-      const bool valid = col < args.n_out && k < args.inner;
-      const unsigned short* src = valid ? b_base + wrow * args.ldb + k : b_base;
-      sm80::cp_async_16(sm80::smem_addr(sb + r * BLOCK_K + swizzle<BLOCK_K>(r, c) * 8), src, valid);
+      const int r = i / CHUNKS, c = i % CHUNKS, k = kt * BLOCK_K + c * 8;
+      const int wrow = weight_row(r);
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (wrow >= 0 && k < args.inner) {
+        float scale = 1.f, zero = 0.f;
+        if constexpr (QUANT == kQuantInt4Group) {
+          const long long si = b_scale_index(wrow, k);
+          scale = sm80::to_float<DTYPE>(static_cast<const unsigned short*>(args.b_scale)[si]);
+          zero = args.b_zero ? static_cast<float>(args.b_zero[si]) : 8.f;
+        } else if constexpr (QUANT == kQuantMxfp4) {
+          scale = dequant::e8m0_to_float(static_cast<const unsigned char*>(args.b_scale)[b_scale_index(wrow, k)]);
+        }
+        v = dequant::dequant8<QUANT, DTYPE>(sb + r * B_RAW_ROW + c * 8 * quant_weight_bits(QUANT) / 8, scale, zero);
+      }
+      *reinterpret_cast<uint4*>(s_bd + (r * KU + swizzle<KU>(r, c) * 8) * 2) = v;
     }
   };
 
   float acc[G][MI][NI][4];  // per set: [MI x 16 rows] x [NI x 8 columns], mma C fragments
+  float part[BLOCK_SCALED ? G : 1][BLOCK_SCALED ? MI : 1][BLOCK_SCALED ? NI : 1][4];  // one scale block's sum
 #pragma unroll
   for (int g = 0; g < G; ++g)
 #pragma unroll
@@ -121,41 +181,104 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   }
 
   for (int kt = 0; kt < k_tiles; ++kt) {
+    // Block scales of this k tile, fetched before the wait so their latency overlaps it.
+    float a_sc[BLOCK_SCALED ? MI : 1][2], b_sc[BLOCK_SCALED ? G : 1][BLOCK_SCALED ? NI : 1];
+    if constexpr (BLOCK_SCALED) {
+#pragma unroll
+      for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int arow = s_arow[wm * WM + mi * 16 + (lane >> 2) + h * 8];
+          a_sc[mi][h] = arow < 0 ? 0.f : args.a_scale[arow * args.a_scale_ld + kt];
+        }
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int ni = 0; ni < NI; ++ni) {
+          const int wrow = weight_row(g * BLOCK_N + wn * WN + ni * 8 + (lane & 3) * 2);
+          b_sc[g][ni] = wrow < 0 ? 0.f : static_cast<const float*>(args.b_scale)[b_scale_index(wrow, kt * BLOCK_K)];
+        }
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[g][mi][ni][e] = 0.f;
+    }
     sm80::cp_async_wait<STAGES - 2>();
-    __syncthreads();  // slot kt ready for all; slot kt-1 no longer read by anyone
+    __syncthreads();  // slot kt ready for all; slot kt-1 (and the DTYPE B tile) no longer read by anyone
     const int next = kt + STAGES - 1;
     if (next < k_tiles) load_stage(next % STAGES, next);
     sm80::cp_async_commit();
+    if constexpr (DEQUANT) {
+      dequantize_stage(kt % STAGES, kt);
+      __syncthreads();  // the DTYPE B tile is complete
+    }
 
-    const unsigned short* sa = s_a + (kt % STAGES) * A_STAGE;
-    const unsigned short* sb = s_b + (kt % STAGES) * B_STAGE;
-#pragma unroll
-    for (int ks = 0; ks < BLOCK_K / 16; ++ks) {
-      unsigned af[MI][4];  // A fragments: 16 rows x 16 k each
+    const unsigned char* sa = s_a + (kt % STAGES) * A_STAGE;
+    const unsigned char* sb = DEQUANT ? s_bd : s_b + (kt % STAGES) * B_STAGE;
+    // fp8 mma.sync is not native on sm_90 (each one becomes conversions + f16 mma): unrolling the
+    // whole k tile there keeps every converted fragment live and spills.
+#pragma unroll(FP8 ? 1 : KU / 16)
+    for (int ks = 0; ks < KU / 16; ++ks) {
+      unsigned af[MI][4];  // A fragments: 16 rows x 32 bytes each (16 DTYPE or 32 e4m3 k)
 #pragma unroll
       for (int mi = 0; mi < MI; ++mi) {
         const int r = wm * WM + mi * 16 + (lane & 15);
         const int c = ks * 2 + (lane >> 4);
-        sm80::ldmatrix_x4(af[mi], sm80::smem_addr(sa + r * BLOCK_K + swizzle<BLOCK_K>(r, c) * 8));
+        sm80::ldmatrix_x4(af[mi], sm80::smem_addr(sa + (r * KU + swizzle<KU>(r, c) * 8) * 2));
       }
 #pragma unroll
       for (int g = 0; g < G; ++g) {
 #pragma unroll
         for (int nj = 0; nj < NI / 2; ++nj) {
-          unsigned bf[4];  // B fragments: 16 columns x 16 k (two n8 fragments)
+          unsigned bf[4];  // B fragments: 16 columns x 32 bytes (two n8 fragments)
           const int r = g * BLOCK_N + wn * WN + nj * 16 + (lane & 7) + ((lane >> 4) << 3);
           const int c = ks * 2 + ((lane >> 3) & 1);
-          sm80::ldmatrix_x4(bf, sm80::smem_addr(sb + r * BLOCK_K + swizzle<BLOCK_K>(r, c) * 8));
+          sm80::ldmatrix_x4(bf, sm80::smem_addr(sb + (r * KU + swizzle<KU>(r, c) * 8) * 2));
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) {
-            sm80::mma_16816<DTYPE>(acc[g][mi][2 * nj], af[mi], bf[0], bf[1]);
-            sm80::mma_16816<DTYPE>(acc[g][mi][2 * nj + 1], af[mi], bf[2], bf[3]);
+            if constexpr (BLOCK_SCALED) {
+              sm80::mma_16832_e4m3(part[g][mi][2 * nj], af[mi], bf[0], bf[1]);
+              sm80::mma_16832_e4m3(part[g][mi][2 * nj + 1], af[mi], bf[2], bf[3]);
+            } else if constexpr (FP8) {
+              sm80::mma_16832_e4m3(acc[g][mi][2 * nj], af[mi], bf[0], bf[1]);
+              sm80::mma_16832_e4m3(acc[g][mi][2 * nj + 1], af[mi], bf[2], bf[3]);
+            } else {
+              sm80::mma_16816<DTYPE>(acc[g][mi][2 * nj], af[mi], bf[0], bf[1]);
+              sm80::mma_16816<DTYPE>(acc[g][mi][2 * nj + 1], af[mi], bf[2], bf[3]);
+            }
           }
         }
       }
     }
+    if constexpr (BLOCK_SCALED) {
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              acc[g][mi][ni][e] += part[g][mi][ni][e] * (a_sc[mi][e >> 1] * b_sc[g][ni]);
+    }
   }
   sm80::cp_async_wait<0>();
+  // Per-output-row weight scales (int8, fp8 channel / tensor) of the tile's B rows, staged in the
+  // (now idle) ring: loading them per fragment in the epilogue cost registers (spills).
+  float* s_col_scale = reinterpret_cast<float*>(smem_raw);  // [B_ROWS]
+  if constexpr (EPILOGUE_SCALED) {
+    static_assert(STAGES * (A_STAGE + B_STAGE) >= B_ROWS * 4, "the ring holds the column scales");
+    __syncthreads();  // every warp is done with the ring
+    for (int r = tid; r < B_ROWS; r += THREADS) {
+      const int wrow = weight_row(r);
+      s_col_scale[r] = wrow < 0 ? 0.f : static_cast<const float*>(args.b_scale)[b_scale_index(wrow, 0)];
+    }
+    __syncthreads();
+  }
 
   // Epilogue straight from the C fragments: lane holds rows lane/4 (+8), columns 2*(lane%4) (+1).
   const float* bias = args.bias ? args.bias + expert * args.bias_expert_stride : nullptr;
@@ -167,18 +290,27 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
       const int g = s_slot[rl];
       if (g < 0) continue;
       const float w = s_weight[rl];
+      // Per-row activation scale (fp8 per token / per tensor); int8 weight-only has none.
+      const float row_scale = (EPILOGUE_SCALED && FP8) ? args.a_scale[s_arow[rl] * args.a_scale_ld] : 1.f;
 #pragma unroll
       for (int ni = 0; ni < NI; ++ni) {
         const int col = n0 + wn * WN + ni * 8 + (lane & 3) * 2;
         if (col >= args.n_out) continue;  // n_out is even: col + 1 is in range too
-        float v[2] = {acc[0][mi][ni][2 * h], acc[0][mi][ni][2 * h + 1]};
+        float col_scale[G][2];  // (gate, up) x (col, col + 1)
+#pragma unroll
+        for (int s = 0; s < G; ++s)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            col_scale[s][j] = EPILOGUE_SCALED ? row_scale * s_col_scale[s * BLOCK_N + wn * WN + ni * 8 + (lane & 3) * 2 + j]
+                                              : 1.f;
+        float v[2] = {acc[0][mi][ni][2 * h] * col_scale[0][0], acc[0][mi][ni][2 * h + 1] * col_scale[0][1]};
         if constexpr (ROLE == kRoleGemm1) {
           float out[2];
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             if (args.weight_on_input) v[j] *= w;
             if constexpr (GATED) {
-              float u = acc[G - 1][mi][ni][2 * h + j];
+              float u = acc[G - 1][mi][ni][2 * h + j] * col_scale[G - 1][j];
               if (args.weight_on_input) u *= w;
               if (bias) {
                 const int c = col + j;

@@ -31,6 +31,7 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
   for (const auto& c : moe_matrix_cases()) add(c);
   for (const auto& c : moe_model_cases()) add(c);
   for (const auto& c : moe_mode_cases()) add(c);
+  for (const auto& c : moe_quant_cases()) add(c);
   for (const auto& c : moe_tile_sweep_cases())
     for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a"))
       if (seen.insert(s.to_json().dump()).second) specs.push_back(s);

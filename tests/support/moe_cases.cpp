@@ -111,6 +111,85 @@ std::vector<MoeCase> moe_mode_cases() {
   return out;
 }
 
+std::vector<MoeCase> moe_quant_cases() {
+  std::vector<MoeCase> out;
+  const std::vector<int> small_tokens = {1, 64, 1000};
+  auto small = [&](MoeQuant q, int hidden, int intermediate, MoeActivation act, MoeDType dtype) {
+    MoeSpec s;
+    s.num_experts = 12;
+    s.top_k = 3;
+    s.hidden = hidden;
+    s.intermediate = intermediate;
+    s.activation = act;
+    s.dtype = dtype;
+    s.quant = q;
+    return s;
+  };
+  auto add = [&](MoeSpec s, std::vector<int> tokens = {}) {
+    out.push_back({fmt::format("quant {}", s.describe()), s, tokens.empty() ? small_tokens : tokens});
+  };
+  // int8 per channel: 8-bit rows in 16-byte chunks (K, N multiples of 16, tails against 64).
+  add(small(kQuantInt8Channel, 208, 80, kActSiluMul, kDTypeBF16));
+  MoeSpec int8_oai = small(kQuantInt8Channel, 208, 80, kActSwigluOai, kDTypeF16);
+  int8_oai.has_bias = true;
+  add(int8_oai);
+  // int4 groups: symmetric (zero point 8) and with zero points; every group size.
+  MoeSpec int4 = small(kQuantInt4Group, 352, 96, kActSiluMul, kDTypeBF16);
+  int4.quant_group = 32;
+  add(int4);
+  int4 = small(kQuantInt4Group, 320, 128, kActGeluMul, kDTypeF16);
+  int4.quant_group = 64;
+  int4.quant_zero_points = true;
+  add(int4);
+  int4 = small(kQuantInt4Group, 384, 256, kActRelu2, kDTypeBF16);
+  int4.quant_group = 128;
+  int4.quant_zero_points = true;
+  int4.reduce = ReduceMode::Deterministic;
+  add(int4);
+  // MXFP4 as gpt-oss: swigluoai with biases.
+  MoeSpec mx = small(kQuantMxfp4, 352, 96, kActSwigluOai, kDTypeBF16);
+  mx.has_bias = true;
+  mx.scoring = Scoring::SoftmaxAfterTopk;
+  add(mx);
+  MoeSpec mx_unfused = small(kQuantMxfp4, 256, 160, kActSiluMul, kDTypeF16);
+  mx_unfused.fused = false;
+  add(mx_unfused);
+  // fp8 w8a8: 128x128 blocks with K / N tails (W1 rows 160: the up rows straddle a block edge).
+  add(small(kQuantFp8Block, 208, 80, kActSiluMul, kDTypeBF16));
+  MoeSpec fp8_oai = small(kQuantFp8Block, 400, 144, kActSwigluOai, kDTypeF16);
+  fp8_oai.has_bias = true;
+  fp8_oai.router_weight_on_input = true;
+  add(fp8_oai);
+  add(small(kQuantFp8Channel, 208, 80, kActSiluMul, kDTypeBF16));
+  MoeSpec fp8_tensor = small(kQuantFp8Tensor, 208, 80, kActRelu2, kDTypeBF16);
+  fp8_tensor.fused = false;
+  fp8_tensor.reduce = ReduceMode::Deterministic;
+  add(fp8_tensor);
+
+  MoeSpec gpt_oss;  // gpt-oss-20b with MXFP4 experts
+  gpt_oss.num_experts = 32;
+  gpt_oss.top_k = 4;
+  gpt_oss.hidden = 2880;
+  gpt_oss.intermediate = 2880;
+  gpt_oss.activation = kActSwigluOai;
+  gpt_oss.has_bias = true;
+  gpt_oss.scoring = Scoring::SoftmaxAfterTopk;
+  gpt_oss.quant = kQuantMxfp4;
+  add(gpt_oss, {1, 64, 333});
+  MoeSpec dsv3;  // DeepSeek-V3-like, E reduced to 64: block-scaled fp8, grouped sigmoid routing
+  dsv3.num_experts = 64;
+  dsv3.top_k = 8;
+  dsv3.hidden = 7168;
+  dsv3.intermediate = 2048;
+  dsv3.scoring = Scoring::Sigmoid;
+  dsv3.n_group = 8;
+  dsv3.topk_group = 4;
+  dsv3.routed_scaling_factor = 2.5f;
+  dsv3.quant = kQuantFp8Block;
+  add(dsv3, {1, 64, 333});
+  return out;
+}
+
 std::vector<MoeTileCase> moe_tile_sweep_cases() {
   MoeSpec gated;  // K and N tails for every block_n / block_k
   gated.num_experts = 12;

@@ -23,6 +23,9 @@ std::vector<MoeCase> moe_matrix_cases();
 std::vector<MoeCase> moe_model_cases();
 // Expert parallelism, determinism, graphs, hooks.
 std::vector<MoeCase> moe_mode_cases();
+// Quantized experts: every MoeQuant on small layers with K / N tails (both dtypes, gated and not,
+// bias, unfused, deterministic), gpt-oss-20b in MXFP4 and a DeepSeek-V3-like fp8_block layer.
+std::vector<MoeCase> moe_quant_cases();
 
 // Every tile config the tuner may pick (for a device with 227 KiB of shared memory per CTA), on
 // layers with K and N tails, gated and not: each must compute the same function.

@@ -1,0 +1,245 @@
+#include "runtime/moe_quant.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+#include "common/error.h"
+#include "common/half_float.h"
+#include "jit/moe_names.h"
+
+namespace moejit {
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+// U(0, 1) from (seed, stream, index): reproducible whatever the thread count.
+double uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t i) {
+  return double(mix(mix(seed * 0x100000001b3ull + stream) ^ i) >> 11) * 0x1.0p-53;
+}
+
+template <class F>
+void parallel_for(std::int64_t count, F&& body) {
+  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (unsigned w = 0; w < threads; ++w)
+    pool.emplace_back([&, w] {
+      for (std::int64_t i = w; i < count; i += threads) body(i);
+    });
+  for (auto& t : pool) t.join();
+}
+
+void put_f32(std::vector<std::uint8_t>& bytes, std::size_t index, float v) {
+  std::memcpy(bytes.data() + index * 4, &v, 4);
+}
+void put_u16(std::vector<std::uint8_t>& bytes, std::size_t index, std::uint16_t v) {
+  std::memcpy(bytes.data() + index * 2, &v, 2);
+}
+// A scale with an 8-bit significand: q * scale is exact in fp32 for the 8-bit and 4-bit codes.
+float short_scale(double v) { return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(v))); }
+
+}  // namespace
+
+QuantTensorLayout quant_weight_layout(const MoeSpec& s, std::int64_t e, std::int64_t rows, std::int64_t cols) {
+  QuantTensorLayout l;
+  const ScalarType dt = s.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16;
+  switch (s.quant) {
+    case kQuantNone:
+      l.weight_type = dt;
+      l.weight_shape = {e, rows, cols};
+      break;
+    case kQuantInt8Channel:
+      l.weight_type = ScalarType::I8;
+      l.weight_shape = {e, rows, cols};
+      l.has_scale = true;
+      l.scale_shape = {e, rows};
+      break;
+    case kQuantInt4Group:
+      l.weight_type = ScalarType::U8;
+      l.weight_shape = {e, rows, cols / 2};
+      l.has_scale = true;
+      l.scale_type = dt;
+      l.scale_shape = {e, rows, cols / s.quant_group};
+      l.has_zero = s.quant_zero_points;
+      break;
+    case kQuantMxfp4:
+      l.weight_type = ScalarType::U8;
+      l.weight_shape = {e, rows, cols / 2};
+      l.has_scale = true;
+      l.scale_type = ScalarType::U8;
+      l.scale_shape = {e, rows, cols / kMxfp4GroupSize};
+      break;
+    case kQuantFp8Block:
+      l.weight_type = ScalarType::F8E4M3;
+      l.weight_shape = {e, rows, cols};
+      l.has_scale = true;
+      l.scale_shape = {e, ceil_div(rows, kQuantFp8BlockSize), ceil_div(cols, kQuantFp8BlockSize)};
+      break;
+    case kQuantFp8Channel:
+      l.weight_type = ScalarType::F8E4M3;
+      l.weight_shape = {e, rows, cols};
+      l.has_scale = true;
+      l.scale_shape = {e, rows};
+      break;
+    case kQuantFp8Tensor:
+      l.weight_type = ScalarType::F8E4M3;
+      l.weight_shape = {e, rows, cols};
+      l.has_scale = true;
+      l.scale_shape = {e};
+      break;
+  }
+  return l;
+}
+
+std::size_t quant_expert_bytes(const MoeSpec& s, std::int64_t rows, std::int64_t cols) {
+  const QuantTensorLayout l = quant_weight_layout(s, 1, rows, cols);
+  auto count = [](const std::vector<std::int64_t>& shape) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return static_cast<std::size_t>(n);
+  };
+  std::size_t bytes = count(l.weight_shape) * scalar_type_size(l.weight_type);
+  if (l.has_scale) bytes += count(l.scale_shape) * scalar_type_size(l.scale_type);
+  if (l.has_zero) bytes += count(l.scale_shape);
+  return bytes;
+}
+
+std::uint8_t float_to_e4m3(float v) {
+  if (std::isnan(v)) return 0x7f;
+  const std::uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const double a = std::fabs(double(v));
+  if (a >= 448.0) return sign | 0x7e;  // satfinite
+  if (a < 0x1.0p-6) {                  // subnormal: m * 2^-9 (m = 8 is the smallest normal)
+    return sign | static_cast<std::uint8_t>(std::nearbyint(a * 512.0));
+  }
+  int e = static_cast<int>(std::floor(std::log2(a)));
+  if (std::ldexp(1.0, e) > a) --e;  // log2 rounding at powers of two
+  if (std::ldexp(1.0, e + 1) <= a) ++e;
+  int m = static_cast<int>(std::nearbyint((a / std::ldexp(1.0, e) - 1.0) * 8.0));
+  if (m == 8) {
+    m = 0;
+    ++e;
+  }
+  const int code = ((e + 7) << 3) | m;
+  return sign | static_cast<std::uint8_t>(std::min(code, 0x7e));
+}
+
+float e4m3_to_float(std::uint8_t code) {
+  const int e = (code >> 3) & 15, m = code & 7;
+  if (e == 15 && m == 7) return std::nanf("");
+  const double mag = e == 0 ? m * 0x1.0p-9 : std::ldexp(1.0 + m / 8.0, e - 7);
+  return static_cast<float>(code & 0x80 ? -mag : mag);
+}
+
+float e2m1_to_float(std::uint8_t nibble) {
+  static const float kMagnitude[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  const float mag = kMagnitude[nibble & 7];
+  return nibble & 8 ? -mag : mag;
+}
+
+float e8m0_to_float(std::uint8_t code) {
+  return code == 255 ? std::nanf("") : static_cast<float>(std::ldexp(1.0, int(code) - 127));
+}
+
+QuantizedWeights random_quantized_weights(const MoeSpec& s, std::int64_t experts, std::int64_t rows,
+                                          std::int64_t cols, double magnitude, std::uint64_t seed) {
+  MOEJIT_REQUIRE(s.quant != kQuantNone, "random_quantized_weights: the spec has no quantization");
+  const QuantTensorLayout l = quant_weight_layout(s, experts, rows, cols);
+  QuantizedWeights q;
+  const std::int64_t R = rows, C = cols, total = experts * R * C;
+  q.dequantized.resize(total);
+  std::int64_t scale_count = 1;
+  for (auto d : l.scale_shape) scale_count *= d;
+  q.weights.resize(total * quant_weight_bits(s.quant) / 8);
+  q.scales.resize(scale_count * scalar_type_size(l.scale_type));
+  if (l.has_zero) q.zeros.resize(scale_count);
+  auto u = [&](std::uint64_t stream, std::int64_t i) { return uniform(seed, stream, std::uint64_t(i)); };
+
+  // Scales first (one pass over the scale tensor), then every (expert, row) in parallel.
+  std::vector<float> scale(scale_count), zero(scale_count, 8.f);
+  for (std::int64_t i = 0; i < scale_count; ++i) {
+    const double jitter = 0.75 + 0.5 * u(1, i);
+    switch (s.quant) {
+      case kQuantInt8Channel: scale[i] = short_scale(magnitude / 127 * jitter); put_f32(q.scales, i, scale[i]); break;
+      case kQuantInt4Group: {
+        const std::uint16_t bits = float_to_half_bits(static_cast<float>(magnitude / 8 * jitter), s.dtype);
+        scale[i] = half_bits_to_float(bits, s.dtype);
+        put_u16(q.scales, i, bits);
+        if (l.has_zero) {
+          q.zeros[i] = static_cast<std::uint8_t>(4 + int(u(2, i) * 8));  // 4..11
+          zero[i] = q.zeros[i];
+        }
+        break;
+      }
+      case kQuantMxfp4: {
+        const int code = 127 + static_cast<int>(std::floor(std::log2(magnitude / 3))) - int(u(2, i) * 2);
+        q.scales[i] = static_cast<std::uint8_t>(std::clamp(code, 1, 254));
+        scale[i] = e8m0_to_float(q.scales[i]);
+        break;
+      }
+      default: scale[i] = short_scale(magnitude / 448 * jitter); put_f32(q.scales, i, scale[i]); break;
+    }
+  }
+  const std::int64_t group = s.quant == kQuantInt4Group ? s.quant_group : kMxfp4GroupSize;
+  parallel_for(experts * R, [&](std::int64_t er) {
+    const std::int64_t e = er / R, r = er % R;
+    for (std::int64_t c = 0; c < C; ++c) {
+      const std::int64_t i = er * C + c;
+      std::int64_t si = 0;  // scale index of (e, r, c)
+      switch (s.quant) {
+        case kQuantInt8Channel:
+        case kQuantFp8Channel: si = er; break;
+        case kQuantInt4Group:
+        case kQuantMxfp4: si = er * (C / group) + c / group; break;
+        case kQuantFp8Block:
+          si = (e * l.scale_shape[1] + r / kQuantFp8BlockSize) * l.scale_shape[2] + c / kQuantFp8BlockSize;
+          break;
+        default: si = e; break;
+      }
+      const double x = u(3, i);
+      float value = 0;
+      if (s.quant == kQuantInt8Channel) {
+        const int code = static_cast<int>(x * 255) - 127;  // -127..127
+        q.weights[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(code));
+        value = static_cast<float>(code) * scale[si];
+      } else if (s.quant == kQuantInt4Group || s.quant == kQuantMxfp4) {
+        const std::uint8_t nibble = static_cast<std::uint8_t>(x * 16) & 15;
+        q.weights[i / 2] |= static_cast<std::uint8_t>(nibble << (4 * (i & 1)));  // low nibble = even k
+        value = s.quant == kQuantInt4Group ? (static_cast<float>(nibble) - zero[si]) * scale[si]
+                                            : e2m1_to_float(nibble) * scale[si];
+      } else {
+        const std::uint8_t code = float_to_e4m3(static_cast<float>((2 * x - 1) * 448));
+        q.weights[i] = code;
+        value = e4m3_to_float(code) * scale[si];
+      }
+      q.dequantized[i] = value;
+    }
+  });
+  return q;
+}
+
+void fp8_quantize_dequantize_row(const MoeSpec& s, float* row, std::int64_t cols, float static_scale) {
+  MOEJIT_REQUIRE(quant_is_fp8(s.quant), "fp8_quantize_dequantize_row: quant {} is not w8a8", quant_name(s.quant));
+  const std::int64_t group = s.quant == kQuantFp8Block ? kQuantFp8BlockSize : cols;
+  for (std::int64_t c0 = 0; c0 < cols; c0 += group) {
+    const std::int64_t c1 = std::min(c0 + group, cols);
+    float scale = static_scale;
+    if (s.quant != kQuantFp8Tensor) {
+      float amax = 0.f;
+      for (std::int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(row[c]));
+      scale = std::max(amax, 1e-10f) / kFp8E4m3Max;
+    }
+    for (std::int64_t c = c0; c < c1; ++c) row[c] = e4m3_to_float(float_to_e4m3(row[c] / scale)) * scale;
+  }
+}
+
+}  // namespace moejit

@@ -1,0 +1,49 @@
+// Quantized expert weights on the host side: the tensors each MoeSpec::quant expects (storage type
+// and shape of the weights, their scales and zero points), the e4m3 / e2m1 / e8m0 codecs, random
+// quantized weights with their exact dequantized values (tests, bench, tuner), and the fp8
+// activation quantization the w8a8 kernels apply (for the fp64 reference).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/moe_spec.h"
+#include "runtime/tensor_view.h"
+
+namespace moejit {
+
+// What the kernels expect of one weight matrix W [E_local, rows, cols] (cols = the reduction dim).
+struct QuantTensorLayout {
+  ScalarType weight_type;
+  std::vector<std::int64_t> weight_shape;  // [E_local, rows, stored columns]
+  bool has_scale = false;
+  ScalarType scale_type = ScalarType::F32;
+  std::vector<std::int64_t> scale_shape;
+  bool has_zero = false;                   // int4 zero points: U8, shaped as the scales
+};
+QuantTensorLayout quant_weight_layout(const MoeSpec& spec, std::int64_t experts, std::int64_t rows, std::int64_t cols);
+// Bytes of one expert's matrix as stored (weights + scales + zero points): the bench's floor.
+std::size_t quant_expert_bytes(const MoeSpec& spec, std::int64_t rows, std::int64_t cols);
+
+// Codecs. e4m3: OCP fp8 (bias 7, max 448, no infinities); round to nearest even, saturating.
+std::uint8_t float_to_e4m3(float v);
+float e4m3_to_float(std::uint8_t code);
+float e2m1_to_float(std::uint8_t nibble);  // 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives
+float e8m0_to_float(std::uint8_t code);    // 2^(code - 127)
+
+// Random quantized weights for `experts` matrices [rows, cols], values of order `magnitude`.
+struct QuantizedWeights {
+  std::vector<std::uint8_t> weights;  // stored bytes (the layout's weight tensor)
+  std::vector<std::uint8_t> scales;   // stored bytes of the scale tensor (fp32 / DTYPE bits / e8m0)
+  std::vector<std::uint8_t> zeros;    // int4 zero points (when the spec has them)
+  std::vector<float> dequantized;     // [experts, rows, cols]: exactly q * scale (- zero), exact in fp32
+};
+QuantizedWeights random_quantized_weights(const MoeSpec& spec, std::int64_t experts, std::int64_t rows,
+                                          std::int64_t cols, double magnitude, std::uint64_t seed);
+
+// What the w8a8 kernels do to a row of activations before the e4m3 GEMM, dequantized again: per
+// 128 columns (fp8_block) or per row (fp8_channel) scale = max(amax, 1e-10) / 448, or the given
+// static scale (fp8_tensor); q = e4m3(x / scale) in fp32; returns q * scale. In place.
+void fp8_quantize_dequantize_row(const MoeSpec& spec, float* row, std::int64_t cols, float static_scale);
+
+}  // namespace moejit

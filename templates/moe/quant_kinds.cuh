@@ -1,0 +1,59 @@
+// Weight/activation quantization schemes of the MoE GEMMs (template parameter QUANT) and their
+// storage rules. Plain C++: the host includes this header too, so both sides agree on the codes.
+//
+// Weight-only (activations stay DTYPE; B is dequantized to DTYPE in shared memory, DTYPE mma):
+//   kQuantInt8Channel  int8 weights [E, rows, K], fp32 scale per output row [E, rows]
+//                      (applied to the accumulator in the epilogue: the dequantization is exact).
+//   kQuantInt4Group    uint4, two per byte along K (low nibble = even k) [E, rows, K/2]; scales in
+//                      DTYPE per group of `group` k [E, rows, K/group]; zero point 8 (symmetric,
+//                      GPTQ "uint4b8") or per-group uint8 zero points [E, rows, K/group].
+//   kQuantMxfp4        OCP MX fp4: e2m1, two per byte along K (low nibble = even k) [E, rows, K/2]
+//                      (gpt-oss *_blocks [E, rows, K/32, 16]); e8m0 scale per 32 k [E, rows, K/32].
+// w8a8 (activations quantized to e4m3 on the fly; e4m3 mma, fp32 accumulation):
+//   kQuantFp8Block     weights e4m3 [E, rows, K] with fp32 scales per 128x128 block
+//                      [E, ceil(rows/128), ceil(K/128)]; activations per token per 128 k.
+//   kQuantFp8Channel   weights fp32 scale per output row [E, rows]; activations per token.
+//   kQuantFp8Tensor    one fp32 weight scale per expert [E]; activations with a static scale [1].
+// Every scale is a multiplier: w = q * scale (DeepSeek's weight_scale_inv).
+#pragma once
+
+#include "common/host_device.cuh"
+
+namespace moejit {
+
+enum MoeQuant : int {
+  kQuantNone = 0,
+  kQuantInt8Channel = 1,
+  kQuantInt4Group = 2,
+  kQuantMxfp4 = 3,
+  kQuantFp8Block = 4,
+  kQuantFp8Channel = 5,
+  kQuantFp8Tensor = 6,
+};
+
+constexpr int kQuantFp8BlockSize = 128;  // the 128x128 weight blocks / 128-wide activation groups
+constexpr int kMxfp4GroupSize = 32;
+constexpr float kFp8E4m3Max = 448.f;
+
+MOEJIT_HOST_DEVICE constexpr bool quant_is_fp8(int q) { return q >= kQuantFp8Block && q <= kQuantFp8Tensor; }
+// B is dequantized to DTYPE in shared memory before the DTYPE mma.
+MOEJIT_HOST_DEVICE constexpr bool quant_dequantizes_b(int q) { return q >= kQuantInt8Channel && q <= kQuantMxfp4; }
+// Bits of one stored weight element.
+MOEJIT_HOST_DEVICE constexpr int quant_weight_bits(int q) {
+  return q == kQuantNone ? 16 : (q == kQuantInt4Group || q == kQuantMxfp4) ? 4 : 8;
+}
+// Bytes of one A (activation) element as the mma reads it.
+MOEJIT_HOST_DEVICE constexpr int quant_activation_bytes(int q) { return quant_is_fp8(q) ? 1 : 2; }
+// The accumulator is scaled per output row / column in the epilogue (not per k block).
+MOEJIT_HOST_DEVICE constexpr bool quant_scales_in_epilogue(int q) {
+  return q == kQuantInt8Channel || q == kQuantFp8Channel || q == kQuantFp8Tensor;
+}
+
+// How an activation-quantization kernel picks the scale of a group (moe_act_quant, fp8 only).
+enum MoeActQuantMode : int {
+  kActQuantGroup128 = 0,  // per row per 128 columns: amax / 448
+  kActQuantRow = 1,       // per row: amax / 448
+  kActQuantStatic = 2,    // one given scale for the tensor
+};
+
+}  // namespace moejit

@@ -1,0 +1,267 @@
+// Quantized experts without a GPU: the host codecs (e4m3, e2m1, e8m0), random quantized weights and
+// their exact dequantized values, the fp8 activation emulation of the reference, spec validation
+// of every format and the checks of quantized forward arguments (malformed scales, packing, groups).
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/half_float.h"
+#include "jit/moe_names.h"
+#include "runtime/moe_layer.h"
+#include "runtime/moe_quant.h"
+#include "runtime/runtime.h"
+#include "support/test_support.h"
+
+using namespace moejit;
+using namespace moejit::test;
+
+TEST_CASE("quant: e4m3 codec rounds to nearest even, saturates, round-trips every code") {
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f) {
+      CHECK(std::isnan(e4m3_to_float(std::uint8_t(code))));
+      continue;
+    }
+    const float v = e4m3_to_float(std::uint8_t(code));
+    INFO("code " << code << " value " << v);
+    if (code == 0x80) CHECK(float_to_e4m3(v) == 0x80);  // -0 keeps its sign
+    else CHECK(float_to_e4m3(v) == code);
+  }
+  CHECK(e4m3_to_float(0x7e) == 448.f);
+  CHECK(e4m3_to_float(0x01) == std::ldexp(1.f, -9));  // smallest subnormal
+  CHECK(e4m3_to_float(0x08) == std::ldexp(1.f, -6));  // smallest normal
+  CHECK(float_to_e4m3(1000.f) == 0x7e);                // satfinite
+  CHECK(float_to_e4m3(-1000.f) == 0xfe);
+  CHECK(e4m3_to_float(float_to_e4m3(1.0625f)) == 1.f);  // halfway between 1 and 1.125: to even (1)
+  CHECK(e4m3_to_float(float_to_e4m3(1.1875f)) == 1.25f);  // halfway between 1.125 and 1.25: to even (1.25)
+  CHECK(e4m3_to_float(float_to_e4m3(0.0009765625f)) == 0.f);  // 2^-10: halfway to 2^-9, to even (0)
+}
+
+TEST_CASE("quant: e2m1 and e8m0 decode as the OCP MX spec says") {
+  const float expected[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  for (int n = 0; n < 8; ++n) {
+    CHECK(e2m1_to_float(std::uint8_t(n)) == expected[n]);
+    CHECK(e2m1_to_float(std::uint8_t(n | 8)) == -expected[n]);
+  }
+  CHECK(e8m0_to_float(127) == 1.f);
+  CHECK(e8m0_to_float(130) == 8.f);
+  CHECK(e8m0_to_float(120) == std::ldexp(1.f, -7));
+  CHECK(std::isnan(e8m0_to_float(255)));
+}
+
+namespace {
+MoeSpec quant_spec(MoeQuant q) {
+  MoeSpec s;
+  s.num_experts = 4;
+  s.top_k = 2;
+  s.hidden = 256;
+  s.intermediate = 128;
+  s.quant = q;
+  return s;
+}
+}  // namespace
+
+TEST_CASE("quant: random quantized weights decode to their stored codes exactly") {
+  for (MoeQuant q : {kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4, kQuantFp8Block, kQuantFp8Channel, kQuantFp8Tensor}) {
+    MoeSpec s = quant_spec(q);
+    s.quant_group = 64;
+    s.quant_zero_points = q == kQuantInt4Group;
+    const std::int64_t E = 3, R = 160, C = 256;  // 160 rows: two 128-row fp8 blocks, the second partial
+    const auto w = random_quantized_weights(s, E, R, C, 0.1, 42);
+    const QuantTensorLayout l = quant_weight_layout(s, E, R, C);
+    INFO(quant_name(q));
+    CHECK(w.weights.size() == std::size_t(E * R * C * quant_weight_bits(q) / 8));
+    CHECK(w.dequantized.size() == std::size_t(E * R * C));
+    CHECK(w.zeros.empty() == !l.has_zero);
+    // Decode a few elements by hand from the stored bytes and compare.
+    for (std::int64_t i : {std::int64_t(0), std::int64_t(1), std::int64_t(R * C + 77), std::int64_t(E * R * C - 1)}) {
+      const std::int64_t e = i / (R * C), r = (i / C) % R, c = i % C;
+      float scale = 0, value = 0;
+      switch (q) {
+        case kQuantInt8Channel:
+          std::memcpy(&scale, &w.scales[(e * R + r) * 4], 4);
+          value = float(std::int8_t(w.weights[i])) * scale;
+          break;
+        case kQuantInt4Group: {
+          const std::size_t si = (e * R + r) * (C / 64) + c / 64;
+          std::uint16_t bits;
+          std::memcpy(&bits, &w.scales[si * 2], 2);
+          const int nibble = (w.weights[i / 2] >> (4 * (i & 1))) & 15;
+          value = (float(nibble) - float(w.zeros[si])) * bf16_bits_to_float(bits);
+          break;
+        }
+        case kQuantMxfp4: {
+          const std::size_t si = (e * R + r) * (C / 32) + c / 32;
+          value = e2m1_to_float((w.weights[i / 2] >> (4 * (i & 1))) & 15) * e8m0_to_float(w.scales[si]);
+          break;
+        }
+        case kQuantFp8Block: {
+          const std::size_t si = (e * 2 + r / 128) * 2 + c / 128;
+          std::memcpy(&scale, &w.scales[si * 4], 4);
+          value = e4m3_to_float(w.weights[i]) * scale;
+          break;
+        }
+        case kQuantFp8Channel:
+          std::memcpy(&scale, &w.scales[(e * R + r) * 4], 4);
+          value = e4m3_to_float(w.weights[i]) * scale;
+          break;
+        default:
+          std::memcpy(&scale, &w.scales[e * 4], 4);
+          value = e4m3_to_float(w.weights[i]) * scale;
+          break;
+      }
+      CHECK(w.dequantized[i] == value);
+    }
+    double sum2 = 0;
+    for (float v : w.dequantized) sum2 += double(v) * v;
+    const double rms = std::sqrt(sum2 / double(w.dequantized.size()));
+    CHECK(rms > 0.02);  // values of the asked magnitude, not zeros
+    CHECK(rms < 0.2);
+  }
+}
+
+TEST_CASE("quant: the reference's fp8 activation quantization matches the kernel's rule") {
+  MoeSpec s = quant_spec(kQuantFp8Block);
+  std::vector<float> row(300);
+  for (std::size_t i = 0; i < row.size(); ++i) row[i] = std::sin(float(i)) * (i < 128 ? 1.f : 100.f);
+  std::vector<float> q = row;
+  fp8_quantize_dequantize_row(s, q.data(), 300, 0.f);
+  // Group 0 (|x| <= 1): scale amax / 448; every value within half an e4m3 step (2^-4 relative).
+  for (int i = 0; i < 300; ++i) CHECK(std::fabs(q[i] - row[i]) <= std::fabs(row[i]) * 0.0625f + 1e-6f);
+  float amax = 0;
+  for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(row[i]));
+  const float scale = amax / 448.f;
+  CHECK(q[5] == e4m3_to_float(float_to_e4m3(row[5] / scale)) * scale);
+  // Static scale (fp8_tensor): values beyond 448 * scale saturate.
+  s.quant = kQuantFp8Tensor;
+  std::vector<float> big = {1.f, 10.f, -1000.f};
+  fp8_quantize_dequantize_row(s, big.data(), 3, 1.f / 448.f);
+  CHECK(big[0] == 1.f);
+  CHECK(big[1] == 1.f);
+  CHECK(big[2] == -1.f);
+}
+
+TEST_CASE("quant: spec validation names the format's shape rules") {
+  auto why = [](MoeSpec s) {
+    std::string all;
+    for (const auto& w : s.unsupported()) all += w + "\n";
+    return all;
+  };
+  MoeSpec s = quant_spec(kQuantInt4Group);
+  s.quant_group = 48;
+  CHECK(why(s).find("quant_group = 48 must be 32, 64 or 128") != std::string::npos);
+  s.quant_group = 128;
+  s.intermediate = 192;  // not a multiple of the group
+  CHECK(why(s).find("multiples of 128") != std::string::npos);
+  s = quant_spec(kQuantMxfp4);
+  s.hidden = 240;
+  CHECK(why(s).find("multiples of 32") != std::string::npos);
+  s = quant_spec(kQuantFp8Block);
+  s.hidden = 200;
+  CHECK(why(s).find("multiples of 16") != std::string::npos);
+  s = quant_spec(kQuantFp8Channel);
+  s.quant_zero_points = true;
+  CHECK(why(s).find("quant_zero_points applies to int4_group only") != std::string::npos);
+  // JSON round trip and an unknown format.
+  MoeSpec j = quant_spec(kQuantInt4Group);
+  j.quant_group = 64;
+  j.quant_zero_points = true;
+  const MoeSpec back = MoeSpec::from_json(j.to_json());
+  CHECK(back.quant == kQuantInt4Group);
+  CHECK(back.quant_group == 64);
+  CHECK(back.quant_zero_points);
+  nlohmann::json bad = j.to_json();
+  bad["quant"] = "nf4";
+  CHECK_THROWS_WITH_AS(MoeSpec::from_json(bad), doctest::Contains("unknown quantization 'nf4'"), Error);
+  // fp8 needs e4m3 mma: an sm_80 kernel spec is refused with the reason.
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(quant_spec(kQuantFp8Block), MoeTileConfig{}, "sm_80"),
+                       doctest::Contains("sm_89 or newer"), Error);
+}
+
+namespace {
+// Well-formed quantized arguments with fake device addresses: check() never touches them.
+MoeForwardArgs fake_quant_args(const MoeLayer& layer, int m) {
+  MoeDevicePointers p;
+  CUdeviceptr next = 0x10000000;
+  auto addr = [&]() { return next += 0x1000000; };
+  p.hidden = addr();
+  p.router_logits = addr();
+  p.w1 = addr();
+  p.w2 = addr();
+  p.w1_scale = addr();
+  p.w2_scale = addr();
+  if (layer.spec().quant_zero_points) {
+    p.w1_zero = addr();
+    p.w2_zero = addr();
+  }
+  if (layer.spec().quant == kQuantFp8Tensor) {
+    p.a1_scale = addr();
+    p.a2_scale = addr();
+  }
+  p.out = addr();
+  p.workspace = addr();
+  p.workspace_size = layer.workspace_bytes(m);
+  return contiguous_moe_args(layer.spec(), m, p);
+}
+std::string check_error(const MoeLayer& layer, const MoeForwardArgs& a) {
+  try {
+    layer.check(a);
+  } catch (const Error& e) {
+    CHECK(e.phase() == Phase::Validate);
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("quant: malformed quantized inputs are rejected before any launch (no GPU needed)") {
+  Runtime rt(test_options(""));
+  const int m = 17;
+  for (MoeQuant q : {kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4, kQuantFp8Block, kQuantFp8Channel, kQuantFp8Tensor}) {
+    MoeSpec s = quant_spec(q);
+    s.quant_zero_points = q == kQuantInt4Group;
+    MoeLayer layer(rt, s);
+    INFO(quant_name(q));
+    CHECK(check_error(layer, fake_quant_args(layer, m)) == "");
+    MoeForwardArgs a = fake_quant_args(layer, m);
+    a.w1_scale.shape[a.w1_scale.rank - 1] += 1;  // scale tensor of the wrong shape
+    CHECK(check_error(layer, a).find("w1_scale") != std::string::npos);
+    a = fake_quant_args(layer, m);
+    a.w2_scale = TensorView{};
+    CHECK(check_error(layer, a).find("w2_scale is required") != std::string::npos);
+    a = fake_quant_args(layer, m);
+    a.w1.dtype = ScalarType::BF16;  // unquantized weights given to a quantized layer
+    CHECK(check_error(layer, a).find("dtype must be") != std::string::npos);
+    if (quant_weight_bits(q) == 4) {  // unpacked: K bytes per row instead of K / 2
+      a = fake_quant_args(layer, m);
+      a.w2.shape[2] *= 2;
+      a.w2.strides[1] *= 2;
+      a.w2.strides[0] *= 2;
+      CHECK(check_error(layer, a).find("w2 u8") != std::string::npos);
+    }
+    if (q == kQuantFp8Tensor) {
+      a = fake_quant_args(layer, m);
+      a.a2_scale = TensorView{};
+      CHECK(check_error(layer, a).find("a2_scale is required") != std::string::npos);
+    } else {
+      a = fake_quant_args(layer, m);
+      a.a1_scale = TensorView::contiguous(0x1000, ScalarType::F32, {1});
+      CHECK(check_error(layer, a).find("fp8_tensor only") != std::string::npos);
+    }
+  }
+  // Zero points without quant_zero_points, and the opposite.
+  MoeSpec sym = quant_spec(kQuantInt4Group);
+  MoeLayer sym_layer(rt, sym);
+  MoeForwardArgs a = fake_quant_args(sym_layer, m);
+  a.w1_zero = a.w1_scale;
+  a.w1_zero.dtype = ScalarType::U8;
+  CHECK(check_error(sym_layer, a).find("no zero points") != std::string::npos);
+  // A bf16 layer refuses scales it would ignore.
+  MoeSpec plain = quant_spec(kQuantNone);
+  MoeLayer plain_layer(rt, plain);
+  a = fake_quant_args(plain_layer, m);
+  a.w1_scale = TensorView::contiguous(0x1000, ScalarType::F32, {4, 256});
+  CHECK(check_error(plain_layer, a).find("has no weight scales") != std::string::npos);
+}
