@@ -1,8 +1,10 @@
 // MoE layer section of moejit_bench: the whole forward (router logits -> routing -> fused experts
-// -> top-k reduction), bf16, timed as CUDA-graph replays that rotate over several router-logit
+// -> top-k reduction), bf16 or quantized experts (--quant), timed as CUDA-graph replays that rotate over several router-logit
 // sets, so consecutive forwards touch different experts (weights are not served from L2).
 // Floor = max(touched-expert weight bytes + activations / copy bandwidth, flops / dense GEMM rate),
-// with the touched experts counted from the device's own routing of each logit set.
+// with the touched experts counted from the device's own routing of each logit set. Quantized
+// weights count as stored (codes + scales + zero points); their math floor still uses the dense bf16
+// rate (no fp8 GEMM rate is measured yet).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -14,6 +16,8 @@
 #include "common/half_float.h"
 #include "runtime/device_buffer.h"
 #include "runtime/moe_layer.h"
+#include "runtime/moe_quant.h"
+#include "jit/moe_names.h"
 
 namespace moejit::bench {
 
@@ -25,23 +29,52 @@ bool output_complete(const DeviceBuffer& out, std::size_t count, int dtype) {
   const auto bits = out.to_vector<std::uint16_t>(count);
   return std::all_of(bits.begin(), bits.end(), [&](std::uint16_t b) { return std::isfinite(half_bits_to_float(b, dtype)); });
 }
+// Random quantized weights for one expert [rows, cols], copied to every local expert: the kernels
+// read each expert's own bytes, and host generation of all experts would take minutes.
+void upload_quantized(DriverApi& api, const MoeSpec& s, std::size_t experts, std::size_t rows, std::size_t cols,
+                      std::uint64_t seed, DeviceBuffer& w, DeviceBuffer& scale, DeviceBuffer& zero) {
+  const QuantizedWeights q = random_quantized_weights(s, 1, std::int64_t(rows), std::int64_t(cols), std::sqrt(3.0 / cols), seed);
+  auto replicate = [&](const std::vector<std::uint8_t>& one, DeviceBuffer& dst) {
+    if (one.empty()) return;
+    dst = DeviceBuffer(api, experts * one.size());
+    for (std::size_t e = 0; e < experts; ++e)
+      MOEJIT_CHECK_CU(api, Launch, cuMemcpyHtoD(dst.ptr() + e * one.size(), one.data(), one.size()));
+  };
+  replicate(q.weights, w);
+  replicate(q.scales, scale);
+  replicate(q.zeros, zero);
+}
 }  // namespace
 
 void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& shapes, nlohmann::json& results) {
   auto& api = rt.driver();
-  fmt::print("\n{:<18} {:>4} {:>5} {:>6} {:>6} {:>10} {:>10} {:>7} {:>5}  {}\n", "MoE layer (bf16)", "E", "top_k", "K",
-             "M", "us", "floor us", "eff", "bound", "tiles");
+  const std::string title = shapes.empty() || shapes[0].spec.quant == kQuantNone
+                                ? std::string("MoE layer (bf16)")
+                                : fmt::format("MoE layer ({})", quant_name(shapes[0].spec.quant));
+  fmt::print("\n{:<18} {:>4} {:>5} {:>6} {:>6} {:>10} {:>10} {:>7} {:>5}  {}\n", title, "E", "top_k", "K", "M", "us",
+             "floor us", "eff", "bound", "tiles");
   const int max_m = *std::max_element(ctx.token_counts.begin(), ctx.token_counts.end());
   for (const auto& shape : shapes) {
     const MoeSpec& s = shape.spec;
     MoeLayer layer(rt, s);
     layer.prepare(max_m);
     const std::size_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), E = s.num_experts, EL = s.local_experts();
-    DeviceBuffer w1(api, EL * R * K * 2), w2(api, EL * K * N * 2), hidden(api, std::max<std::size_t>(max_m * K * 2, 16));
+    DeviceBuffer hidden(api, std::max<std::size_t>(max_m * K * 2, 16));
     DeviceBuffer out(api, std::max<std::size_t>(max_m * K * 2, 16)), ws(api, layer.workspace_bytes(max_m));
-    DeviceBuffer b1, b2;
-    ctx.filler->fill(ctx.stream, w1.ptr(), EL * R * K, ScalarType::BF16, 11, float(std::sqrt(3.0 / K)));
-    ctx.filler->fill(ctx.stream, w2.ptr(), EL * K * N, ScalarType::BF16, 12, float(std::sqrt(3.0 / N)));
+    DeviceBuffer w1, w2, b1, b2, w1_scale, w2_scale, w1_zero, w2_zero, a1_scale, a2_scale;
+    if (s.quant == kQuantNone) {
+      w1 = DeviceBuffer(api, EL * R * K * 2);
+      w2 = DeviceBuffer(api, EL * K * N * 2);
+      ctx.filler->fill(ctx.stream, w1.ptr(), EL * R * K, ScalarType::BF16, 11, float(std::sqrt(3.0 / K)));
+      ctx.filler->fill(ctx.stream, w2.ptr(), EL * K * N, ScalarType::BF16, 12, float(std::sqrt(3.0 / N)));
+    } else {
+      upload_quantized(api, s, EL, R, K, 11, w1, w1_scale, w1_zero);
+      upload_quantized(api, s, EL, K, N, 12, w2, w2_scale, w2_zero);
+      if (s.quant == kQuantFp8Tensor) {
+        a1_scale = DeviceBuffer::from(api, std::vector<float>{1.f / kFp8E4m3Max});
+        a2_scale = DeviceBuffer::from(api, std::vector<float>{4.f / kFp8E4m3Max});
+      }
+    }
     ctx.filler->fill(ctx.stream, hidden.ptr(), max_m * K, ScalarType::BF16, 13, 1.f);
     if (s.has_bias) {
       b1 = DeviceBuffer(api, EL * R * 4);
@@ -63,6 +96,12 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
         p.w2 = w2.ptr();
         p.b1 = b1.ptr();
         p.b2 = b2.ptr();
+        p.w1_scale = w1_scale.ptr();
+        p.w2_scale = w2_scale.ptr();
+        p.w1_zero = w1_zero.ptr();
+        p.w2_zero = w2_zero.ptr();
+        p.a1_scale = a1_scale.ptr();
+        p.a2_scale = a2_scale.ptr();
         p.out = out.ptr();
         p.workspace = ws.ptr();
         p.workspace_size = ws.bytes();
@@ -83,7 +122,8 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       const int inner = m <= 1024 ? 2 * kLogitSets : kLogitSets;
       const double us = time_graph_us(api, ctx.stream, inner, ctx.reps,
                                       [&](int i) { layer.forward(ctx.stream, args(i % kLogitSets)); });
-      const double weight_bytes = touched * double(R * K + K * N) * 2 + (s.has_bias ? touched * (R + K) * 4.0 : 0.0);
+      const double weight_bytes = touched * double(quant_expert_bytes(s, R, K) + quant_expert_bytes(s, K, N)) +
+                                  (s.has_bias ? touched * (R + K) * 4.0 : 0.0);
       const double bytes = weight_bytes + 2.0 * m * K * 2 + 2.0 * m * E;
       const double flops = 2.0 * m * s.top_k * double(R * K + K * N);
       const double mem_us = bytes / ctx.bandwidth * 1e6;
@@ -92,7 +132,7 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       fmt::print("{:<18} {:>4} {:>5} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>6.1f}% {:>5}  {}\n", shape.name, E, s.top_k, K, m,
                  us, floor_us, 100.0 * floor_us / us, mem_us >= math_us ? "mem" : "math",
                  layer.tile_config(m).describe());
-      results.push_back({{"kernel", "moe_layer"}, {"shape", shape.name}, {"E", E}, {"top_k", s.top_k}, {"K", K},
+      results.push_back({{"kernel", "moe_layer"}, {"shape", shape.name}, {"quant", quant_name(s.quant)}, {"E", E}, {"top_k", s.top_k}, {"K", K},
                          {"N", N}, {"M", m}, {"us", us}, {"floor_us", floor_us}, {"memory_floor_us", mem_us},
                          {"math_floor_us", math_us}, {"touched_experts", touched}, {"efficiency", floor_us / us},
                          {"tiles", layer.tile_config(m).describe()}});

@@ -3,7 +3,7 @@
 // shapes or a Hugging Face config.json.
 //
 //   moejit_bench [--model config.json] [--tokens 1,16,128,1024,8192] [--json out.json] [--reps N]
-//                [--only routing|moe]
+//                [--only routing|moe] [--quant FORMAT] [--shapes name,name]
 //
 // Floors: bytes / device-to-device copy bandwidth, and flops / dense bf16 GEMM rate (cuBLAS, when
 // present); efficiency = floor / time. Times are medians over replays of a CUDA graph holding several
@@ -18,6 +18,7 @@
 #include "common/files.h"
 #include "common/options.h"
 #include "runtime/model_config.h"
+#include "jit/moe_names.h"
 
 using namespace moejit;
 using namespace moejit::bench;
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   std::vector<BenchShape> shapes = default_shapes();
   Context ctx;
   ctx.token_counts = {1, 16, 128, 1024, 8192};
-  std::string json_path, only;
+  std::string json_path, only, quant, shape_filter;
   try {
     for (int i = 1; i < argc; ++i) {
       std::string arg = argv[i];
@@ -76,12 +77,15 @@ int main(int argc, char** argv) {
       else if (arg == "--tokens") ctx.token_counts = parse_list(value());
       else if (arg == "--reps") ctx.reps = static_cast<int>(parse_int(value(), "--reps"));
       else if (arg == "--only") only = value();
+      else if (arg == "--quant") quant = value();
+      else if (arg == "--shapes") shape_filter = value();
       else if (arg == "--model") {
         auto m = ModelMoeConfig::from_file(value());
         shapes = {{m.model_type, m.moe_spec()}};
       } else if (arg == "--help") {
         fmt::print("usage: moejit_bench [--model config.json] [--tokens 1,16,...] [--reps N] [--json out.json] "
-                   "[--only routing|moe]\n");
+                   "[--only routing|moe] [--quant none|int8_channel|int4_group|mxfp4|fp8_block|fp8_channel|fp8_tensor] "
+                   "[--shapes name,name]\n");
         return 0;
       } else {
         throw Error(Phase::Validate, "unknown argument " + arg);
@@ -89,6 +93,19 @@ int main(int argc, char** argv) {
     }
     MOEJIT_REQUIRE(only.empty() || only == "routing" || only == "moe", "--only takes routing or moe, not {}", only);
     MOEJIT_REQUIRE(!ctx.token_counts.empty(), "--tokens needs at least one count");
+    if (!shape_filter.empty()) {
+      std::vector<BenchShape> kept;
+      for (const auto& sh : shapes)
+        if (("," + shape_filter + ",").find("," + sh.name + ",") != std::string::npos) kept.push_back(sh);
+      MOEJIT_REQUIRE(!kept.empty(), "--shapes {} matches none of the shapes", shape_filter);
+      shapes = kept;
+    }
+    if (!quant.empty()) {  // every shape with these weights (int4: groups of 128, symmetric)
+      for (auto& sh : shapes) {
+        sh.spec.quant = static_cast<MoeQuant>(parse_quant(quant));
+        sh.spec.validate();
+      }
+    }
     Runtime rt(Options::from_env());
     std::string why;
     if (!rt.gpu_available(&why)) {

@@ -69,6 +69,8 @@ std::vector<double> reference_moe(const MoeSpec& s, const MoeHostTensors& t, con
         double acc = 0;
         for (std::size_t c = 0; c < K; ++c) acc += double(x[c]) * wr[c];
         h[r] = acc * in_scale + (t.b1.empty() ? 0.0 : t.b1[std::size_t(e) * R + r]);
+        // Unfused: the GPU stores GEMM1's output in DTYPE before the activation reads it.
+        if (!s.fused) h[r] = half_bits_to_float(float_to_half_bits(static_cast<float>(h[r]), s.dtype), s.dtype);
       }
       for (std::size_t j = 0; j < N; ++j) {
         if (gated) {
