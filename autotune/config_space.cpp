@@ -66,9 +66,10 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
   for (int bn : {32, 64, 128, 256}) {
     if (bn > std::max<long long>(32, next_pow2(width))) continue;  // wider than the output: all waste
     for (const auto& [wm, wn] : warp_layouts(block_m))
-      for (int stages : {3, 4})
+      for (int stages : {3, 4, quant_weight_bits(spec.quant) == 4 ? 10 : 6})
         for (int bk : step_lengths) {
           if (bk == step_lengths[1] && (stages < 4 || block_m > 32)) continue;  // short steps: decode, deep ring
+          if (stages > 4 && (block_m > 32 || spec.quant == kQuantNone)) continue;  // quantized decode only
           const GemmTile t{bn, bk, wm, wn, stages};
           if (std::find(out.begin(), out.end(), t) != out.end()) continue;
           MoeTileConfig c = base;

@@ -52,6 +52,13 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens) {
     c.gemm1.block_k = 128;
     c.gemm2.block_k = 128;
   }
+  // Decode streams weights: a ring slot of 4-bit (8-bit) weights holds a quarter (half) of the bytes
+  // of a 16-bit one, so deeper rings keep as many bytes in flight.
+  if (c.block_m <= 32 && spec.quant != kQuantNone) {
+    const int stages = quant_weight_bits(spec.quant) == 4 ? 10 : 6;
+    c.gemm1.stages = stages;
+    c.gemm2.stages = stages;
+  }
   // Narrower tiles where the accumulators would not fit the registers (gated fp8_block).
   for (GemmTile* t : {&c.gemm1, &c.gemm2}) {
     const bool gated = t == &c.gemm1 && gemm1_gated;

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "runtime/device_buffer.h"
 #include "runtime/device_fill.h"
+#include "runtime/moe_quant.h"
 #include "runtime/event_timer.h"
 #include "runtime/moe_layer.h"
 #include "runtime/runtime.h"
@@ -50,8 +51,8 @@ std::vector<std::uint16_t> logits_bits(const MoeSpec& s, int m, bool skewed, std
 
 struct MoeTuner::Buffers {
   std::unique_ptr<MoeLayer> layer;
-  std::vector<DeviceBuffer> w1, w2;  // copies, rotated so that weights come from memory, not L2
-  DeviceBuffer b1, b2, hidden, out, workspace, expert_map, correction_bias;
+  std::vector<DeviceQuantWeights> w1, w2;  // copies, rotated so that weights come from memory, not L2
+  DeviceBuffer b1, b2, hidden, out, workspace, expert_map, correction_bias, a1_scale, a2_scale;
   std::vector<DeviceBuffer> logits;
   int max_m = 0;
   CUstream stream = nullptr;
@@ -64,8 +65,14 @@ struct MoeTuner::Buffers {
     p.router_logits = logits[set].ptr();
     if (s.n_group > 1) p.correction_bias = correction_bias.ptr();
     p.expert_map = expert_map.ptr();
-    p.w1 = w1[copy].ptr();
-    p.w2 = w2[copy].ptr();
+    p.w1 = w1[copy].weights.ptr();
+    p.w2 = w2[copy].weights.ptr();
+    p.w1_scale = w1[copy].scales.ptr();
+    p.w2_scale = w2[copy].scales.ptr();
+    p.w1_zero = w1[copy].zeros.ptr();
+    p.w2_zero = w2[copy].zeros.ptr();
+    p.a1_scale = a1_scale.ptr();
+    p.a2_scale = a2_scale.ptr();
     p.b1 = b1.ptr();
     p.b2 = b2.ptr();
     p.out = out.ptr();
@@ -101,7 +108,9 @@ double MoeTuner::floor_us(int m) {
   }
   touched /= kLogitSets;
   const double R = spec_.w1_rows(), K = spec_.hidden, N = spec_.intermediate;
-  const double bytes = touched * (R * K + K * N) * 2 + 2.0 * m * K * 2;
+  const double bytes = touched * double(quant_expert_bytes(spec_, std::int64_t(R), std::int64_t(K)) +
+                                        quant_expert_bytes(spec_, std::int64_t(K), std::int64_t(N))) +
+                       2.0 * m * K * 2;
   const double flops = 2.0 * m * spec_.top_k * (R * K + K * N) * (double(EL) / spec_.num_experts);
   return std::max(bytes / bandwidth_, gemm_rate_ > 0 ? flops / gemm_rate_ : 0.0) * 1e6;
 }
@@ -161,15 +170,25 @@ std::vector<TuneResult> MoeTuner::run() {
   DeviceFiller filler(runtime_);
   const std::size_t K = spec_.hidden, N = spec_.intermediate, R = spec_.w1_rows(), E = spec_.num_experts;
   const std::size_t EL = spec_.local_experts(), M = b.max_m;
-  const std::size_t weight_bytes = EL * (R * K + K * N) * 2;
+  const std::size_t weight_bytes = EL * (quant_expert_bytes(spec_, std::int64_t(R), std::int64_t(K)) +
+                                         quant_expert_bytes(spec_, std::int64_t(K), std::int64_t(N)));
   const ScalarType dt = scalar_type_of(spec_.dtype);
   const int copies = static_cast<int>(
       std::clamp<std::size_t>((2 * std::size_t(info.l2_bytes) + weight_bytes - 1) / weight_bytes, 1, kMaxWeightCopies));
   for (int c = 0; c < copies; ++c) {
-    b.w1.emplace_back(api, EL * R * K * 2);
-    b.w2.emplace_back(api, EL * K * N * 2);
-    filler.fill(b.stream, b.w1.back().ptr(), EL * R * K, dt, 10 + c, float(std::sqrt(3.0 / K)));
-    filler.fill(b.stream, b.w2.back().ptr(), EL * K * N, dt, 20 + c, float(std::sqrt(3.0 / N)));
+    if (spec_.quant == kQuantNone) {
+      b.w1.emplace_back().weights = DeviceBuffer(api, EL * R * K * 2);
+      b.w2.emplace_back().weights = DeviceBuffer(api, EL * K * N * 2);
+      filler.fill(b.stream, b.w1.back().weights.ptr(), EL * R * K, dt, 10 + c, float(std::sqrt(3.0 / K)));
+      filler.fill(b.stream, b.w2.back().weights.ptr(), EL * K * N, dt, 20 + c, float(std::sqrt(3.0 / N)));
+    } else {
+      b.w1.push_back(upload_replicated_quantized(api, spec_, EL, R, K, 10 + c));
+      b.w2.push_back(upload_replicated_quantized(api, spec_, EL, K, N, 20 + c));
+    }
+  }
+  if (spec_.quant == kQuantFp8Tensor) {
+    b.a1_scale = DeviceBuffer::from(api, std::vector<float>{kStaticInputScale});
+    b.a2_scale = DeviceBuffer::from(api, std::vector<float>{kStaticIntermediateScale});
   }
   b.hidden = DeviceBuffer(api, M * K * 2);
   filler.fill(b.stream, b.hidden.ptr(), M * K, dt, 1, 1.f);

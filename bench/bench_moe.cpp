@@ -29,21 +29,6 @@ bool output_complete(const DeviceBuffer& out, std::size_t count, int dtype) {
   const auto bits = out.to_vector<std::uint16_t>(count);
   return std::all_of(bits.begin(), bits.end(), [&](std::uint16_t b) { return std::isfinite(half_bits_to_float(b, dtype)); });
 }
-// Random quantized weights for one expert [rows, cols], copied to every local expert: the kernels
-// read each expert's own bytes, and host generation of all experts would take minutes.
-void upload_quantized(DriverApi& api, const MoeSpec& s, std::size_t experts, std::size_t rows, std::size_t cols,
-                      std::uint64_t seed, DeviceBuffer& w, DeviceBuffer& scale, DeviceBuffer& zero) {
-  const QuantizedWeights q = random_quantized_weights(s, 1, std::int64_t(rows), std::int64_t(cols), std::sqrt(3.0 / cols), seed);
-  auto replicate = [&](const std::vector<std::uint8_t>& one, DeviceBuffer& dst) {
-    if (one.empty()) return;
-    dst = DeviceBuffer(api, experts * one.size());
-    for (std::size_t e = 0; e < experts; ++e)
-      MOEJIT_CHECK_CU(api, Launch, cuMemcpyHtoD(dst.ptr() + e * one.size(), one.data(), one.size()));
-  };
-  replicate(q.weights, w);
-  replicate(q.scales, scale);
-  replicate(q.zeros, zero);
-}
 }  // namespace
 
 void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& shapes, nlohmann::json& results) {
@@ -68,11 +53,17 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       ctx.filler->fill(ctx.stream, w1.ptr(), EL * R * K, ScalarType::BF16, 11, float(std::sqrt(3.0 / K)));
       ctx.filler->fill(ctx.stream, w2.ptr(), EL * K * N, ScalarType::BF16, 12, float(std::sqrt(3.0 / N)));
     } else {
-      upload_quantized(api, s, EL, R, K, 11, w1, w1_scale, w1_zero);
-      upload_quantized(api, s, EL, K, N, 12, w2, w2_scale, w2_zero);
+      DeviceQuantWeights q1 = upload_replicated_quantized(api, s, EL, R, K, 11);
+      DeviceQuantWeights q2 = upload_replicated_quantized(api, s, EL, K, N, 12);
+      w1 = std::move(q1.weights);
+      w1_scale = std::move(q1.scales);
+      w1_zero = std::move(q1.zeros);
+      w2 = std::move(q2.weights);
+      w2_scale = std::move(q2.scales);
+      w2_zero = std::move(q2.zeros);
       if (s.quant == kQuantFp8Tensor) {
-        a1_scale = DeviceBuffer::from(api, std::vector<float>{1.f / kFp8E4m3Max});
-        a2_scale = DeviceBuffer::from(api, std::vector<float>{4.f / kFp8E4m3Max});
+        a1_scale = DeviceBuffer::from(api, std::vector<float>{kStaticInputScale});
+        a2_scale = DeviceBuffer::from(api, std::vector<float>{kStaticIntermediateScale});
       }
     }
     ctx.filler->fill(ctx.stream, hidden.ptr(), max_m * K, ScalarType::BF16, 13, 1.f);

@@ -61,7 +61,7 @@ FamilyInfo moe_gemm_family() {
       int_param("block_k", "BLOCK_K", "reduction step in elements (32 or 64; fp8: 64 or 128)", 64, 32, 128),
       int_param("warps_m", "WARPS_M", "warps along M", 2, 1, 8),
       int_param("warps_n", "WARPS_N", "warps along N", 2, 1, 8),
-      int_param("stages", "STAGES", "cp.async ring depth", 3, 2, 6),
+      int_param("stages", "STAGES", "cp.async ring depth (deep rings keep 4-bit decode streaming)", 3, 2, 12),
       derived_int("threads", "", "threads per CTA = 32 * warps_m * warps_n"),
       derived_int("smem_bytes", "", "dynamic shared memory per CTA"),
   };

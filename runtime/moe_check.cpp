@@ -64,8 +64,8 @@ MoeProblem::MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std:
     host_.w1 = std::move(q1.dequantized);
     host_.w2 = std::move(q2.dequantized);
     if (spec.quant == kQuantFp8Tensor) {
-      host_.a1_scale = 1.f / kFp8E4m3Max;  // |X| <= 1
-      host_.a2_scale = 4.f / kFp8E4m3Max;  // the intermediate is O(1); larger values saturate (as on the GPU)
+      host_.a1_scale = kStaticInputScale;         // |X| <= 1
+      host_.a2_scale = kStaticIntermediateScale;  // the intermediate is O(1); larger values saturate (as on the GPU)
     }
   }
   if (spec.has_bias) {

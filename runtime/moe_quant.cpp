@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/half_float.h"
 #include "jit/moe_names.h"
+#include "runtime/driver.h"
 
 namespace moejit {
 
@@ -225,6 +226,23 @@ QuantizedWeights random_quantized_weights(const MoeSpec& s, std::int64_t experts
     }
   });
   return q;
+}
+
+DeviceQuantWeights upload_replicated_quantized(DriverApi& api, const MoeSpec& s, std::size_t experts,
+                                               std::size_t rows, std::size_t cols, std::uint64_t seed) {
+  const QuantizedWeights q =
+      random_quantized_weights(s, 1, std::int64_t(rows), std::int64_t(cols), std::sqrt(3.0 / double(cols)), seed);
+  DeviceQuantWeights d;
+  auto replicate = [&](const std::vector<std::uint8_t>& one, DeviceBuffer& dst) {
+    if (one.empty()) return;
+    dst = DeviceBuffer(api, experts * one.size());
+    for (std::size_t e = 0; e < experts; ++e)
+      MOEJIT_CHECK_CU(api, Launch, cuMemcpyHtoD(dst.ptr() + e * one.size(), one.data(), one.size()));
+  };
+  replicate(q.weights, d.weights);
+  replicate(q.scales, d.scales);
+  replicate(q.zeros, d.zeros);
+  return d;
 }
 
 void fp8_quantize_dequantize_row(const MoeSpec& s, float* row, std::int64_t cols, float static_scale) {

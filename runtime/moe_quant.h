@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/device_buffer.h"
 #include "runtime/moe_spec.h"
 #include "runtime/tensor_view.h"
 
@@ -40,6 +41,18 @@ struct QuantizedWeights {
 };
 QuantizedWeights random_quantized_weights(const MoeSpec& spec, std::int64_t experts, std::int64_t rows,
                                           std::int64_t cols, double magnitude, std::uint64_t seed);
+
+// Device copies of random quantized weights for benchmarks and tuning: one expert's matrix
+// [rows, cols] generated on the host and copied to each of `experts` (the kernels read every
+// expert's own bytes; generating every expert on the host would take minutes for large models).
+struct DeviceQuantWeights {
+  DeviceBuffer weights, scales, zeros;  // zeros: int4 zero points when the spec has them
+};
+DeviceQuantWeights upload_replicated_quantized(DriverApi& api, const MoeSpec& spec, std::size_t experts,
+                                               std::size_t rows, std::size_t cols, std::uint64_t seed);
+// fp8_tensor's static activation scales for inputs of magnitude ~1 (X) and ~4 (the intermediate).
+constexpr float kStaticInputScale = 1.f / kFp8E4m3Max;
+constexpr float kStaticIntermediateScale = 4.f / kFp8E4m3Max;
 
 // What the w8a8 kernels do to a row of activations before the e4m3 GEMM, dequantized again: per
 // 128 columns (fp8_block) or per row (fp8_channel) scale = max(amax, 1e-10) / 448, or the given

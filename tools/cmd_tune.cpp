@@ -13,7 +13,7 @@
 namespace moejit::cli {
 
 namespace {
-constexpr const char* kHelp = R"(usage: moejit tune --model config.json [--tp N] [--ep N] [--dtype bf16|fp16]
+constexpr const char* kHelp = R"(usage: moejit tune --model config.json [--tp N] [--ep N] [--dtype bf16|fp16] [--quant FORMAT]
                    [--batches 1,2,4,...] [--budget-s S] [--reps N] [--out db.json]
        moejit tune --spec spec.json [same options]
 
@@ -28,6 +28,8 @@ nothing). MoeLayer reads the DB in prepare().
   --tp N           tensor parallelism: each rank holds intermediate / N of every expert
   --ep N           expert parallelism: each rank holds num_experts / N experts
   --dtype T        bf16 (default) or fp16
+  --quant FORMAT   expert weights: none (default), int8_channel, int4_group (groups of 128), mxfp4,
+                   fp8_block, fp8_channel, fp8_tensor (tuned DB entries are keyed by format)
   --batches LIST   batch sizes (default 1,2,4,8,16,32,64,128,256,1024,4096,8192)
   --budget-s S     stop timing new candidates after S seconds (the best so far is kept)
   --reps N         timed runs per candidate and routing distribution (median; default 10)
@@ -53,7 +55,7 @@ int positive(const Args& args, const char* name, int fallback) {
 }  // namespace
 
 int cmd_tune(const std::vector<std::string>& argv) {
-  Args args = parse_args(argv, {"model", "spec", "tp", "ep", "dtype", "batches", "budget-s", "reps", "out", "cache-dir"},
+  Args args = parse_args(argv, {"model", "spec", "tp", "ep", "dtype", "quant", "batches", "budget-s", "reps", "out", "cache-dir"},
                          {"help"});
   if (args.has("help")) {
     fmt::print("{}", kHelp);
@@ -78,6 +80,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
   if (spec.num_experts % ep != 0) throw UsageError(fmt::format("--ep {} does not divide {} experts", ep, spec.num_experts));
   spec.intermediate /= tp;
   if (ep > 1) spec.num_local_experts = spec.num_experts / ep;
+  if (args.has("quant")) spec.quant = static_cast<MoeQuant>(parse_quant(args.get("quant")));
   spec.validate();
 
   TuneOptions options;

@@ -140,25 +140,38 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
     }
   };
 
-  // Ring slot -> DTYPE B tile (DEQUANT only); every element past the ends becomes 0.
+  // DEQUANT: ring slot -> DTYPE B tile; every element past the ends becomes 0. A thread converts the
+  // same chunks (r, c) of every k tile; their scales are fetched one k tile ahead (fetch_scales), so
+  // the global loads overlap the mma of the tile before instead of stalling the conversion.
+  constexpr int DQ_CHUNKS = DEQUANT ? (B_ROWS * CHUNKS + THREADS - 1) / THREADS : 1;
+  float dq_scale[DQ_CHUNKS], dq_zero[DQ_CHUNKS];
+  auto fetch_scales = [&](int kt) {
+#pragma unroll
+    for (int j = 0; j < DQ_CHUNKS; ++j) {
+      const int i = tid + j * THREADS, r = i / CHUNKS, c = i % CHUNKS, k = kt * BLOCK_K + c * 8;
+      const int wrow = i < B_ROWS * CHUNKS ? weight_row(r) : -1;
+      dq_scale[j] = 0.f;
+      dq_zero[j] = 8.f;
+      if (wrow < 0 || k >= args.inner) continue;
+      const long long si = b_scale_index(wrow, k);
+      if constexpr (QUANT == kQuantInt4Group) {
+        dq_scale[j] = sm80::to_float<DTYPE>(__ldg(static_cast<const unsigned short*>(args.b_scale) + si));
+        if (args.b_zero) dq_zero[j] = static_cast<float>(__ldg(args.b_zero + si));
+      } else if constexpr (QUANT == kQuantMxfp4) {
+        dq_scale[j] = dequant::e8m0_to_float(__ldg(static_cast<const unsigned char*>(args.b_scale) + si));
+      }
+    }
+  };
   auto dequantize_stage = [&](int slot, int kt) {
     const unsigned char* sb = s_b + slot * B_STAGE;
 #pragma unroll
-    for (int i = tid; i < B_ROWS * CHUNKS; i += THREADS) {
-      const int r = i / CHUNKS, c = i % CHUNKS, k = kt * BLOCK_K + c * 8;
-      const int wrow = weight_row(r);
+    for (int j = 0; j < DQ_CHUNKS; ++j) {
+      const int i = tid + j * THREADS, r = i / CHUNKS, c = i % CHUNKS, k = kt * BLOCK_K + c * 8;
+      if (i >= B_ROWS * CHUNKS) break;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (wrow >= 0 && k < args.inner) {
-        float scale = 1.f, zero = 0.f;
-        if constexpr (QUANT == kQuantInt4Group) {
-          const long long si = b_scale_index(wrow, k);
-          scale = sm80::to_float<DTYPE>(static_cast<const unsigned short*>(args.b_scale)[si]);
-          zero = args.b_zero ? static_cast<float>(args.b_zero[si]) : 8.f;
-        } else if constexpr (QUANT == kQuantMxfp4) {
-          scale = dequant::e8m0_to_float(static_cast<const unsigned char*>(args.b_scale)[b_scale_index(wrow, k)]);
-        }
-        v = dequant::dequant8<QUANT, DTYPE>(sb + r * B_RAW_ROW + c * 8 * quant_weight_bits(QUANT) / 8, scale, zero);
-      }
+      if (weight_row(r) >= 0 && k < args.inner)
+        v = dequant::dequant8<QUANT, DTYPE>(sb + r * B_RAW_ROW + c * 8 * quant_weight_bits(QUANT) / 8, dq_scale[j],
+                                            dq_zero[j]);
       *reinterpret_cast<uint4*>(s_bd + (r * KU + swizzle<KU>(r, c) * 8) * 2) = v;
     }
   };
@@ -179,6 +192,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
     if (s < k_tiles) load_stage(s, s);
     sm80::cp_async_commit();
   }
+  if constexpr (DEQUANT) fetch_scales(0);
 
   for (int kt = 0; kt < k_tiles; ++kt) {
     // Block scales of this k tile, fetched before the wait so their latency overlaps it.
@@ -189,14 +203,14 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int arow = s_arow[wm * WM + mi * 16 + (lane >> 2) + h * 8];
-          a_sc[mi][h] = arow < 0 ? 0.f : args.a_scale[arow * args.a_scale_ld + kt];
+          a_sc[mi][h] = arow < 0 ? 0.f : __ldg(args.a_scale + arow * args.a_scale_ld + kt);
         }
 #pragma unroll
       for (int g = 0; g < G; ++g)
 #pragma unroll
         for (int ni = 0; ni < NI; ++ni) {
           const int wrow = weight_row(g * BLOCK_N + wn * WN + ni * 8 + (lane & 3) * 2);
-          b_sc[g][ni] = wrow < 0 ? 0.f : static_cast<const float*>(args.b_scale)[b_scale_index(wrow, kt * BLOCK_K)];
+          b_sc[g][ni] = wrow < 0 ? 0.f : __ldg(static_cast<const float*>(args.b_scale) + b_scale_index(wrow, kt * BLOCK_K));
         }
 #pragma unroll
       for (int g = 0; g < G; ++g)
@@ -214,6 +228,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
     sm80::cp_async_commit();
     if constexpr (DEQUANT) {
       dequantize_stage(kt % STAGES, kt);
+      if (kt + 1 < k_tiles) fetch_scales(kt + 1);
       __syncthreads();  // the DTYPE B tile is complete
     }
 
