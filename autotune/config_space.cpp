@@ -62,11 +62,13 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
   const MoeTileConfig base = heuristic_config_for_block_m(spec, block_m);
   std::vector<GemmTile> out = {gemm1 ? base.gemm1 : base.gemm2};
   // k step in elements: a 128-byte smem row, or a 64-byte one (fp8: one byte per element).
-  const int step_lengths[2] = {quant_is_fp8(spec.quant) ? 128 : 64, quant_is_fp8(spec.quant) ? 64 : 32};
+  // 4-bit weights: 256 or 128 k per step read as many bytes per weight row as 64 16-bit ones.
+  const int step_lengths[2] = {quant_weight_bits(spec.quant) == 4 ? 256 : quant_is_fp8(spec.quant) ? 128 : 64,
+                               quant_weight_bits(spec.quant) == 4 ? 128 : quant_is_fp8(spec.quant) ? 64 : 32};
   for (int bn : {32, 64, 128, 256}) {
     if (bn > std::max<long long>(32, next_pow2(width))) continue;  // wider than the output: all waste
     for (const auto& [wm, wn] : warp_layouts(block_m))
-      for (int stages : {3, 4, quant_weight_bits(spec.quant) == 4 ? 10 : 6})
+      for (int stages : {3, 4, 6})
         for (int bk : step_lengths) {
           if (bk == step_lengths[1] && (stages < 4 || block_m > 32)) continue;  // short steps: decode, deep ring
           if (stages > 4 && (block_m > 32 || spec.quant == kQuantNone)) continue;  // quantized decode only

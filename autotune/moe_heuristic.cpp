@@ -52,12 +52,15 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens) {
     c.gemm1.block_k = 128;
     c.gemm2.block_k = 128;
   }
-  // Decode streams weights: a ring slot of 4-bit (8-bit) weights holds a quarter (half) of the bytes
-  // of a 16-bit one, so deeper rings keep as many bytes in flight.
-  if (c.block_m <= 32 && spec.quant != kQuantNone) {
-    const int stages = quant_weight_bits(spec.quant) == 4 ? 10 : 6;
-    c.gemm1.stages = stages;
-    c.gemm2.stages = stages;
+  // Decode streams weights. A 16-bit k tile of 64 reads 128 bytes of each weight row; 4-bit (8-bit)
+  // weights need k tiles of 256 (128) for as much per row and per barrier, and the deeper ring
+  // keeps as many bytes in flight.
+  if (c.block_m <= 32 && quant_dequantizes_b(spec.quant)) {
+    const bool four_bit = quant_weight_bits(spec.quant) == 4;
+    for (GemmTile* t : {&c.gemm1, &c.gemm2}) {
+      t->block_k = four_bit ? 128 : 64;
+      t->stages = four_bit ? 6 : 6;
+    }
   }
   // Narrower tiles where the accumulators would not fit the registers (gated fp8_block).
   for (GemmTile* t : {&c.gemm1, &c.gemm2}) {

@@ -58,7 +58,7 @@ FamilyInfo moe_gemm_family() {
       quant_param(),
       int_param("block_m", "BLOCK_M", "tile rows (= routing block_m)", 64, 16, 256),
       int_param("block_n", "BLOCK_N", "tile output columns", 64, 16, 256),
-      int_param("block_k", "BLOCK_K", "reduction step in elements (32 or 64; fp8: 64 or 128)", 64, 32, 128),
+      int_param("block_k", "BLOCK_K", "reduction step in elements (32..256; fp8: 64 or 128)", 64, 32, 256),
       int_param("warps_m", "WARPS_M", "warps along M", 2, 1, 8),
       int_param("warps_n", "WARPS_N", "warps along N", 2, 1, 8),
       int_param("stages", "STAGES", "cp.async ring depth (deep rings keep 4-bit decode streaming)", 3, 2, 12),
@@ -85,8 +85,8 @@ FamilyInfo moe_gemm_family() {
         throw Error(Phase::Validate,
                     fmt::format("moe_gemm: block_k = {} must be {} for fp8_block (one k tile per scale block)", bk,
                                 kQuantFp8BlockSize));
-    } else if (bk != 32 && bk != 64) {
-      throw Error(Phase::Validate, fmt::format("moe_gemm: block_k = {} must be 32 or 64", bk));
+    } else if (bk != 32 && bk != 64 && bk != 128 && bk != 256) {
+      throw Error(Phase::Validate, fmt::format("moe_gemm: block_k = {} must be 32, 64, 128 or 256", bk));
     }
     if (bm % (16 * wm) != 0)
       throw Error(Phase::Validate, fmt::format("moe_gemm: block_m = {} is not a multiple of 16 * warps_m = {}", bm, 16 * wm));

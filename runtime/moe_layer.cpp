@@ -264,8 +264,12 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   const Kernels& k = kernels_for(config);
   const Workspace w = carve(args, m);
   const int bm = config.block_m;
-  const long long max_tiles =
-      (static_cast<long long>(m) * spec_.top_k + static_cast<long long>(spec_.local_experts()) * (bm - 1) + bm - 1) / bm;
+  // Grid bound on row tiles: every non-empty expert pads at most bm - 1 rows, and at most
+  // min(E_local, M * top_k) experts are non-empty. (With E_local alone, a decode step launched
+  // ~120 CTAs per column tile that only read the tile count and exit: at 1-2 resident CTAs per SM
+  // those exits cost more than the work.)
+  const long long rows = static_cast<long long>(m) * spec_.top_k;
+  const long long max_tiles = (rows + std::min<long long>(spec_.local_experts(), rows) * (bm - 1) + bm - 1) / bm;
   MOEJIT_REQUIRE(max_tiles <= kMaxGridY, "moe: {} row tiles of {} exceed the grid limit {}; use fewer tokens per call",
                  max_tiles, bm, kMaxGridY);
 

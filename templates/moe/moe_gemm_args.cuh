@@ -70,9 +70,10 @@ MOEJIT_HOST_DEVICE constexpr int moe_gemm_accumulators(int block_m, int block_n,
   return (gated ? 2 : 1) * (block_m / warps_m) * (block_n / warps_n) / 32 * (quant == kQuantFp8Block ? 2 : 1);
 }
 // Above this ptxas (NVRTC 13.0, sm_90a, one CTA per SM) spills; found by the CPU spill test over the
-// tuner's tile space. Gated fp8_block also keeps per-column block scales of both sets live.
+// tuner's tile space. fp8 mma.sync is emulated on sm_90 (conversions to f16 in registers), and gated
+// fp8_block also keeps per-column block scales of both sets live.
 MOEJIT_HOST_DEVICE constexpr int moe_gemm_max_accumulators(bool gated, int quant) {
-  return gated && quant == kQuantFp8Block ? 96 : 128;
+  return quant_is_fp8(quant) && (gated || quant != kQuantFp8Block) ? 96 : 128;
 }
 
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays

@@ -35,8 +35,8 @@ namespace moe_gemm_detail {
 // land in 8 different bank groups.
 template <int ROW_UNITS>  // 16-bit units per smem row
 __device__ inline int swizzle(int r, int c) {
-  if constexpr (ROW_UNITS == 64) return c ^ (r & 7);   // 8 chunks per 128-byte row
-  else return c ^ ((r >> 1) & 3);                      // 4 chunks per 64-byte row: 2 rows per line
+  if constexpr (ROW_UNITS >= 64) return c ^ (r & 7);  // 8+ chunks per row: chunk mod 8 picks the bank group
+  else return c ^ ((r >> 1) & 3);                     // 4 chunks per 64-byte row: 2 rows per line
 }
 
 }  // namespace moe_gemm_detail
@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   constexpr int A_STAGE = BLOCK_M * KU * 2;           // bytes per ring slot
   constexpr int B_STAGE = B_ROWS * B_RAW_ROW;
   static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
-  static_assert(KU == 32 || KU == 64, "a smem row must be 64 or 128 bytes (BLOCK_K 32/64, fp8 64/128)");
+  static_assert(KU == 32 || KU == 64 || KU == 128 || KU == 256, "a smem row must be 64, 128, 256 or 512 bytes");
   static_assert(B_RAW_CHUNKS >= 1, "a stored B row of a k tile must hold whole 16-byte chunks");
   static_assert(!BLOCK_SCALED || BLOCK_K == kQuantFp8BlockSize, "block scales: one k tile per 128-wide scale block");
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
@@ -143,35 +143,50 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   // DEQUANT: ring slot -> DTYPE B tile; every element past the ends becomes 0. A thread converts the
   // same chunks (r, c) of every k tile; their scales are fetched one k tile ahead (fetch_scales), so
   // the global loads overlap the mma of the tile before instead of stalling the conversion.
+  // With many chunks per thread (long k tiles) the registers go to the conversions instead: scales
+  // are loaded inline (read-only path), and the chunks' independent loads overlap each other.
   constexpr int DQ_CHUNKS = DEQUANT ? (B_ROWS * CHUNKS + THREADS - 1) / THREADS : 1;
-  float dq_scale[DQ_CHUNKS], dq_zero[DQ_CHUNKS];
+  constexpr bool DQ_PREFETCH = DQ_CHUNKS <= 8;
+  constexpr int DQ_HELD = DQ_PREFETCH ? DQ_CHUNKS : 1;
+  float dq_scale[DQ_HELD], dq_zero[DQ_HELD];
+  auto chunk_scale = [&](int wrow, int k, float& scale, float& zero) {
+    const long long si = b_scale_index(wrow, k);
+    if constexpr (QUANT == kQuantInt4Group) {
+      scale = sm80::to_float<DTYPE>(__ldg(static_cast<const unsigned short*>(args.b_scale) + si));
+      if (args.b_zero) zero = static_cast<float>(__ldg(args.b_zero + si));
+    } else if constexpr (QUANT == kQuantMxfp4) {
+      scale = dequant::e8m0_to_float(__ldg(static_cast<const unsigned char*>(args.b_scale) + si));
+    }
+  };
   auto fetch_scales = [&](int kt) {
+    if constexpr (!DQ_PREFETCH) return;
 #pragma unroll
-    for (int j = 0; j < DQ_CHUNKS; ++j) {
+    for (int j = 0; j < DQ_HELD; ++j) {
       const int i = tid + j * THREADS, r = i / CHUNKS, c = i % CHUNKS, k = kt * BLOCK_K + c * 8;
       const int wrow = i < B_ROWS * CHUNKS ? weight_row(r) : -1;
       dq_scale[j] = 0.f;
       dq_zero[j] = 8.f;
-      if (wrow < 0 || k >= args.inner) continue;
-      const long long si = b_scale_index(wrow, k);
-      if constexpr (QUANT == kQuantInt4Group) {
-        dq_scale[j] = sm80::to_float<DTYPE>(__ldg(static_cast<const unsigned short*>(args.b_scale) + si));
-        if (args.b_zero) dq_zero[j] = static_cast<float>(__ldg(args.b_zero + si));
-      } else if constexpr (QUANT == kQuantMxfp4) {
-        dq_scale[j] = dequant::e8m0_to_float(__ldg(static_cast<const unsigned char*>(args.b_scale) + si));
-      }
+      if (wrow >= 0 && k < args.inner) chunk_scale(wrow, k, dq_scale[j], dq_zero[j]);
     }
   };
   auto dequantize_stage = [&](int slot, int kt) {
     const unsigned char* sb = s_b + slot * B_STAGE;
-#pragma unroll
+#pragma unroll(DQ_PREFETCH ? DQ_CHUNKS : 8)
     for (int j = 0; j < DQ_CHUNKS; ++j) {
       const int i = tid + j * THREADS, r = i / CHUNKS, c = i % CHUNKS, k = kt * BLOCK_K + c * 8;
       if (i >= B_ROWS * CHUNKS) break;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (weight_row(r) >= 0 && k < args.inner)
-        v = dequant::dequant8<QUANT, DTYPE>(sb + r * B_RAW_ROW + c * 8 * quant_weight_bits(QUANT) / 8, dq_scale[j],
-                                            dq_zero[j]);
+      const int wrow = weight_row(r);
+      if (wrow >= 0 && k < args.inner) {
+        float scale = 1.f, zero = 8.f;
+        if constexpr (DQ_PREFETCH) {
+          scale = dq_scale[j];
+          zero = dq_zero[j];
+        } else {
+          chunk_scale(wrow, k, scale, zero);
+        }
+        v = dequant::dequant8<QUANT, DTYPE>(sb + r * B_RAW_ROW + c * 8 * quant_weight_bits(QUANT) / 8, scale, zero);
+      }
       *reinterpret_cast<uint4*>(s_bd + (r * KU + swizzle<KU>(r, c) * 8) * 2) = v;
     }
   };
@@ -236,7 +251,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
     const unsigned char* sb = DEQUANT ? s_bd : s_b + (kt % STAGES) * B_STAGE;
     // fp8 mma.sync is not native on sm_90 (each one becomes conversions + f16 mma): unrolling the
     // whole k tile there keeps every converted fragment live and spills.
-#pragma unroll(FP8 ? 1 : KU / 16)
+#pragma unroll(FP8 ? 1 : (KU / 16 > 4 ? 4 : KU / 16))
     for (int ks = 0; ks < KU / 16; ++ks) {
       unsigned af[MI][4];  // A fragments: 16 rows x 32 bytes each (16 DTYPE or 32 e4m3 k)
 #pragma unroll

@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <memory>
+
 #include "autotune/config_space.h"
 #include "moe_gpu_util.h"
 #include "jit/moe_names.h"
@@ -73,35 +75,18 @@ TEST_CASE("gpu moe quant: CUDA graph replay equals eager") {
 TEST_CASE("gpu moe quant: every tile config of the tuner's space computes the same function") {
   Runtime rt(test_options(""));
   if (!gpu_or_skip(rt, "gpu moe quant tile sweep")) return;
-  const DeviceLimits limits{rt.device().info().max_shared_per_block_optin, rt.device_arch()};
   int checked = 0;
-  for (MoeQuant q : {kQuantInt4Group, kQuantMxfp4, kQuantFp8Block, kQuantFp8Channel}) {
-    MoeSpec s;
-    s.num_experts = 12;
-    s.top_k = 3;
-    s.hidden = 352;
-    s.intermediate = 96;
-    s.activation = kActSwigluOai;
-    s.has_bias = true;
-    s.quant = q;
-    s.quant_group = 32;
-    MoeRun r = make_moe_run(rt, s, 200, 9);
-    for (int bm : {16, 64, 128}) {
-      const MoeTileConfig base = heuristic_config_for_block_m(s, bm);
-      for (bool gemm1 : {true, false})
-        for (const auto& t : candidate_tiles(s, bm, gemm1, limits)) {
-          MoeTileConfig cfg = base;
-          (gemm1 ? cfg.gemm1 : cfg.gemm2) = t;
-          r.problem->poison();
-          r.layer->forward_with_config(nullptr, r.problem->args(200, true), cfg);
-          r.problem->use_generated_topk();
-          const double err =
-              r.problem->relative_error(r.problem->output(200), MoeProblem::sample_tokens(200, kMaxCheckedTokens));
-          INFO(fmt::format("{} {}: relative error {:.3e}", quant_name(q), cfg.describe(), err));
-          CHECK(err <= quant_error_band(q));
-          ++checked;
-        }
-    }
+  std::unique_ptr<MoeRun> r;
+  for (const auto& c : moe_quant_tile_sweep_cases(rt.device().info().max_shared_per_block_optin, rt.device_arch())) {
+    if (!r || !(r->layer->spec().quant == c.spec.quant)) r = std::make_unique<MoeRun>(make_moe_run(rt, c.spec, 200, 9));
+    r->problem->poison();
+    r->layer->forward_with_config(nullptr, r->problem->args(200, true), c.config);
+    r->problem->use_generated_topk();
+    const double err =
+        r->problem->relative_error(r->problem->output(200), MoeProblem::sample_tokens(200, kMaxCheckedTokens));
+    INFO(fmt::format("{} {}: relative error {:.3e}", quant_name(c.spec.quant), c.config.describe(), err));
+    CHECK(err <= quant_error_band(c.spec.quant));
+    ++checked;
   }
   MESSAGE(fmt::format("{} quantized tile configs checked", checked));
 }

@@ -219,3 +219,33 @@ std::vector<MoeTileCase> moe_tile_sweep_cases() {
 }
 
 }  // namespace moejit::test
+
+namespace moejit::test {
+
+std::vector<MoeTileCase> moe_quant_tile_sweep_cases(int max_shared_optin, const std::string& arch) {
+  const DeviceLimits limits{max_shared_optin, arch};
+  std::vector<MoeTileCase> out;
+  for (MoeQuant q : {kQuantInt4Group, kQuantMxfp4, kQuantFp8Block, kQuantFp8Channel}) {
+    MoeSpec s;
+    s.num_experts = 12;
+    s.top_k = 3;
+    s.hidden = 352;
+    s.intermediate = 96;
+    s.activation = kActSwigluOai;
+    s.has_bias = true;
+    s.quant = q;
+    s.quant_group = 32;
+    for (int bm : {16, 64, 128}) {
+      const MoeTileConfig base = heuristic_config_for_block_m(s, bm);
+      for (bool gemm1 : {true, false})
+        for (const auto& t : candidate_tiles(s, bm, gemm1, limits)) {
+          MoeTileConfig c = base;
+          (gemm1 ? c.gemm1 : c.gemm2) = t;
+          out.push_back({s, c});
+        }
+    }
+  }
+  return out;
+}
+
+}  // namespace moejit::test

@@ -34,5 +34,8 @@ struct MoeTileCase {
   MoeTileConfig config;
 };
 std::vector<MoeTileCase> moe_tile_sweep_cases();
+// The same over quantized layers (int4 g32, mxfp4, fp8_block, fp8_channel; gated with bias, K and
+// N tails) at block_m 16, 64 and 128.
+std::vector<MoeTileCase> moe_quant_tile_sweep_cases(int max_shared_optin, const std::string& arch);
 
 }  // namespace moejit::test
