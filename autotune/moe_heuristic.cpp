@@ -52,14 +52,13 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens) {
     c.gemm1.block_k = 128;
     c.gemm2.block_k = 128;
   }
-  // Decode streams weights. A 16-bit k tile of 64 reads 128 bytes of each weight row; 4-bit (8-bit)
-  // weights need k tiles of 256 (128) for as much per row and per barrier, and the deeper ring
-  // keeps as many bytes in flight.
+  // Decode streams weights. A 16-bit k tile of 64 reads 128 bytes of each weight row; 4-bit weights
+  // read 64 per row with k tiles of 128 (fewer barriers per byte; 256 would leave one CTA per SM).
   if (c.block_m <= 32 && quant_dequantizes_b(spec.quant)) {
     const bool four_bit = quant_weight_bits(spec.quant) == 4;
     for (GemmTile* t : {&c.gemm1, &c.gemm2}) {
       t->block_k = four_bit ? 128 : 64;
-      t->stages = four_bit ? 6 : 6;
+      t->stages = 4;  // with the DTYPE tile, 4 slots keep two CTAs per SM
     }
   }
   // Narrower tiles where the accumulators would not fit the registers (gated fp8_block).

@@ -100,6 +100,16 @@ FamilyInfo moe_gemm_family() {
                               "registers would spill",
                               accumulators, bm, bn, gated ? " gated" : "", quant == kQuantFp8Block ? " fp8_block" : "",
                               wm, wn, moe_gemm_max_accumulators(gated, quant)));
+    if (quant_dequantizes_b(quant)) {  // moe_gemm_sm80.cuh: dequantization units
+      const std::int64_t threads = 32 * wm * wn, rows = (gated ? 2 : 1) * bn;
+      const std::int64_t segs = threads > rows ? threads / rows : 1;
+      const std::int64_t raw_row = bk * quant_weight_bits(quant) / 8;
+      if ((threads % rows != 0 && rows % threads != 0) || raw_row % (16 * segs) != 0)
+        throw Error(Phase::Validate,
+                    fmt::format("moe_gemm: {} B rows of {} stored bytes per k tile cannot be shared out to {} threads "
+                                "16 bytes at a time (wider block_n or block_k, or fewer warps)",
+                                rows, raw_row, threads));
+    }
     const std::int64_t smem = moe_gemm_smem_bytes(int(bm), int(bn), int(bk), int(stages), gated, quant);
     const std::int64_t total = smem + moe_gemm_static_smem_bytes(int(bm));
     if (total > kMaxSharedBytes)

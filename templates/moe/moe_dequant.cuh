@@ -42,18 +42,18 @@ __device__ inline unsigned nibble_pair(unsigned lo, unsigned hi, int p) {
   return prmt(lo, hi, 0x4400u + 0x1111u * static_cast<unsigned>(p));
 }
 
-// Eight consecutive weights (k ascending) from `raw` (shared memory: 8 bytes for int8, 4 bytes for
-// the 4-bit formats) -> four DTYPE pairs. int8: the per-row scale is applied in the epilogue (exact
+// Eight consecutive weights (k ascending) as stored (4-bit formats: the word `lo`, element j at
+// bits 4j; int8: `lo` then `hi`, element j at byte j) -> four DTYPE pairs. int8: the per-row scale is applied in the epilogue (exact
 // here: |q| <= 128 fits 16-bit floats); int4: (q - zero) * scale; mxfp4: e2m1 * scale.
 // The 4-bit formats build both lanes of a pair with integer ops and 16-bit fmas (~2-4 instructions
 // per element instead of ~10 through fp32): dequantization, not memory, bounds decode otherwise.
 template <int QUANT, int DTYPE>
-__device__ inline uint4 dequant8(const unsigned char* raw, float scale, float zero) {
+__device__ inline uint4 dequant8(unsigned lo, unsigned hi, float scale, float zero) {
   unsigned out[4];
   if constexpr (QUANT == kQuantInt4Group) {
     // (magic | q) is base + q exactly (bf16: 128 + q, f16: 1024 + q); minus (base + zero) is exact
     // (small integers); one rounding in the product with the DTYPE scale.
-    const unsigned w = *reinterpret_cast<const unsigned*>(raw);
+    const unsigned w = lo;
     constexpr unsigned kMagic = DTYPE == kDTypeBF16 ? 0x43004300u : 0x64006400u;
     constexpr float kBase = DTYPE == kDTypeBF16 ? 128.f : 1024.f;
     const unsigned offset = sm80::pack2<DTYPE>(-(kBase + zero), -(kBase + zero));
@@ -68,7 +68,7 @@ __device__ inline uint4 dequant8(const unsigned char* raw, float scale, float ze
     // e2m1 s.e1e0.m -> bf16 with exponent bits e1e0 and mantissa bit m: the value times 2^-126
     // (e = 0 lands on the bf16 subnormal 2^-127 = 0.5 * 2^-126); then x 2^126 and x the e8m0 scale,
     // both exact (powers of two) unless the weight itself leaves the bf16 range.
-    const unsigned w = *reinterpret_cast<const unsigned*>(raw);
+    const unsigned w = lo;
     const unsigned unbias = 0x7e807e80u;  // 2^126 in both lanes
     const unsigned scale2 = sm80::pack2<DTYPE>(scale, scale);
     const unsigned hi = w >> 4;
@@ -81,16 +81,14 @@ __device__ inline uint4 dequant8(const unsigned char* raw, float scale, float ze
   } else {
     float v[8];
     if constexpr (QUANT == kQuantInt8Channel) {
-      const uint2 w = *reinterpret_cast<const uint2*>(raw);
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const unsigned word = j < 4 ? w.x : w.y;
+        const unsigned word = j < 4 ? lo : hi;
         v[j] = static_cast<float>(static_cast<signed char>((word >> (8 * (j & 3))) & 0xffu));
       }
     } else {  // mxfp4 into f16 (rare): through fp32, the f16 range cannot take the 2^-126 trick
-      const unsigned w = *reinterpret_cast<const unsigned*>(raw);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = e2m1_to_float((w >> (4 * j)) & 0xfu) * scale;
+      for (int j = 0; j < 8; ++j) v[j] = e2m1_to_float((lo >> (4 * j)) & 0xfu) * scale;
     }
 #pragma unroll
     for (int p = 0; p < 4; ++p) out[p] = sm80::pack2<DTYPE>(v[2 * p], v[2 * p + 1]);

@@ -60,7 +60,8 @@ MOEJIT_HOST_DEVICE constexpr int moe_gemm_smem_bytes(int block_m, int block_n, i
                                                      int quant) {
   const int b_rows = (gated ? 2 : 1) * block_n;
   const int a_stage = block_m * block_k * quant_activation_bytes(quant);
-  const int b_stage = b_rows * block_k * quant_weight_bits(quant) / 8;
+  // Stored rows of dequantized formats carry 16 bytes of padding (bank-conflict-free reads).
+  const int b_stage = b_rows * (block_k * quant_weight_bits(quant) / 8 + (quant_dequantizes_b(quant) ? 16 : 0));
   return stages * (a_stage + b_stage) + (quant_dequantizes_b(quant) ? b_rows * block_k * 2 : 0);
 }
 

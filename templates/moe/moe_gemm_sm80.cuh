@@ -66,7 +66,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   constexpr int B_RAW_CHUNKS = B_RAW_ROW / 16;
   constexpr int B_K_PER_CHUNK = 128 / quant_weight_bits(QUANT);      // stored elements per 16-byte chunk
   constexpr int A_STAGE = BLOCK_M * KU * 2;           // bytes per ring slot
-  constexpr int B_STAGE = B_ROWS * B_RAW_ROW;
+  // DEQUANT: stored rows padded by 16 bytes, so 8 threads reading 16 bytes of 8 rows hit 8 bank groups.
+  constexpr int RAW_PITCH = B_RAW_ROW + (DEQUANT ? 16 : 0);
+  constexpr int B_STAGE = B_ROWS * RAW_PITCH;
   static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
   static_assert(KU == 32 || KU == 64 || KU == 128 || KU == 256, "a smem row must be 64, 128, 256 or 512 bytes");
   static_assert(B_RAW_CHUNKS >= 1, "a stored B row of a k tile must hold whole 16-byte chunks");
@@ -135,59 +137,60 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
       const bool valid = wrow >= 0 && k < args.inner;
       const unsigned char* src = valid ? b_base + wrow * args.ldb + k * quant_weight_bits(QUANT) / 8 : b_base;
       // Stored as is when DEQUANT (read once, by rows); otherwise swizzled for ldmatrix.
-      const int at = DEQUANT ? r * B_RAW_ROW + c * 16 : (r * KU + swizzle<KU>(r, c) * 8) * 2;
+      const int at = DEQUANT ? r * RAW_PITCH + c * 16 : (r * KU + swizzle<KU>(r, c) * 8) * 2;
       sm80::cp_async_16(sm80::smem_addr(sb + at), src, valid);
     }
   };
 
-  // DEQUANT: ring slot -> DTYPE B tile; every element past the ends becomes 0. A thread converts the
-  // same chunks (r, c) of every k tile; their scales are fetched one k tile ahead (fetch_scales), so
-  // the global loads overlap the mma of the tile before instead of stalling the conversion.
-  // With many chunks per thread (long k tiles) the registers go to the conversions instead: scales
-  // are loaded inline (read-only path), and the chunks' independent loads overlap each other.
-  constexpr int DQ_CHUNKS = DEQUANT ? (B_ROWS * CHUNKS + THREADS - 1) / THREADS : 1;
-  constexpr bool DQ_PREFETCH = DQ_CHUNKS <= 8;
-  constexpr int DQ_HELD = DQ_PREFETCH ? DQ_CHUNKS : 1;
-  float dq_scale[DQ_HELD], dq_zero[DQ_HELD];
-  auto chunk_scale = [&](int wrow, int k, float& scale, float& zero) {
-    const long long si = b_scale_index(wrow, k);
-    if constexpr (QUANT == kQuantInt4Group) {
-      scale = sm80::to_float<DTYPE>(__ldg(static_cast<const unsigned short*>(args.b_scale) + si));
-      if (args.b_zero) zero = static_cast<float>(__ldg(args.b_zero + si));
-    } else if constexpr (QUANT == kQuantMxfp4) {
-      scale = dequant::e8m0_to_float(__ldg(static_cast<const unsigned char*>(args.b_scale) + si));
-    }
-  };
-  auto fetch_scales = [&](int kt) {
-    if constexpr (!DQ_PREFETCH) return;
+  // DEQUANT: ring slot -> DTYPE B tile; every element past the ends becomes 0. A unit of work is one
+  // B row's run of UNIT_CHUNKS consecutive 8-element chunks (SEGS runs per row when threads outnumber
+  // rows); a thread keeps its units for every k tile, so the weight row is found once, and each
+  // unit reads its stored bytes 16 at a time. Per element this is ~3 instructions: dequantization,
+  // not memory, is what bounds 4-bit decode here.
+  constexpr int RAW_CHUNK_BYTES = quant_weight_bits(QUANT);  // stored bytes of 8 elements: 4 or 8
+  constexpr int SEGS = DEQUANT && THREADS > B_ROWS ? THREADS / B_ROWS : 1;
+  constexpr int UNITS = DEQUANT ? B_ROWS * SEGS / THREADS : 1;  // units per thread
+  constexpr int UNIT_CHUNKS = CHUNKS / SEGS;
+  constexpr int UNIT_RAW = UNIT_CHUNKS * RAW_CHUNK_BYTES;        // stored bytes per unit and k tile
+  static_assert(!DEQUANT || ((THREADS % B_ROWS == 0 || B_ROWS % THREADS == 0) && UNIT_RAW % 16 == 0),
+                "dequantization units: rows and threads split evenly, 16 stored bytes at a time");
+  int dq_wrow[UNITS];            // weight row of each unit (-1 past the output columns)
+  long long dq_scale_row[UNITS];  // index of the unit's first scale (k = 0)
 #pragma unroll
-    for (int j = 0; j < DQ_HELD; ++j) {
-      const int i = tid + j * THREADS, r = i / CHUNKS, c = i % CHUNKS, k = kt * BLOCK_K + c * 8;
-      const int wrow = i < B_ROWS * CHUNKS ? weight_row(r) : -1;
-      dq_scale[j] = 0.f;
-      dq_zero[j] = 8.f;
-      if (wrow >= 0 && k < args.inner) chunk_scale(wrow, k, dq_scale[j], dq_zero[j]);
-    }
-  };
+  for (int j = 0; j < UNITS; ++j) {
+    dq_wrow[j] = DEQUANT ? weight_row((tid + j * THREADS) / SEGS) : -1;
+    dq_scale_row[j] = dq_wrow[j] >= 0 ? b_scale_index(dq_wrow[j], 0) : 0;
+  }
   auto dequantize_stage = [&](int slot, int kt) {
     const unsigned char* sb = s_b + slot * B_STAGE;
-#pragma unroll(DQ_PREFETCH ? DQ_CHUNKS : 8)
-    for (int j = 0; j < DQ_CHUNKS; ++j) {
-      const int i = tid + j * THREADS, r = i / CHUNKS, c = i % CHUNKS, k = kt * BLOCK_K + c * 8;
-      if (i >= B_ROWS * CHUNKS) break;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      const int wrow = weight_row(r);
-      if (wrow >= 0 && k < args.inner) {
-        float scale = 1.f, zero = 8.f;
-        if constexpr (DQ_PREFETCH) {
-          scale = dq_scale[j];
-          zero = dq_zero[j];
-        } else {
-          chunk_scale(wrow, k, scale, zero);
+#pragma unroll
+    for (int j = 0; j < UNITS; ++j) {
+      const int u = tid + j * THREADS, r = u / SEGS, seg = u % SEGS, wrow = dq_wrow[j];
+      const unsigned char* raw = sb + r * RAW_PITCH + seg * UNIT_RAW;
+#pragma unroll
+      for (int q = 0; q < UNIT_RAW / 16; ++q) {
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + q * 16);
+        const unsigned word[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+#pragma unroll
+        for (int h = 0; h < 16 / RAW_CHUNK_BYTES; ++h) {  // 4 chunks of 4-bit weights, 2 of int8
+          const int c = seg * UNIT_CHUNKS + q * (16 / RAW_CHUNK_BYTES) + h, k = kt * BLOCK_K + c * 8;
+          uint4 v = make_uint4(0u, 0u, 0u, 0u);
+          if (wrow >= 0 && k < args.inner) {
+            float scale = 1.f, zero = 8.f;
+            const long long si = dq_scale_row[j] + (k >> args.b_scale_k_shift);
+            if constexpr (QUANT == kQuantInt4Group) {
+              scale = sm80::to_float<DTYPE>(__ldg(static_cast<const unsigned short*>(args.b_scale) + si));
+              if (args.b_zero) zero = static_cast<float>(__ldg(args.b_zero + si));
+            } else if constexpr (QUANT == kQuantMxfp4) {
+              scale = dequant::e8m0_to_float(__ldg(static_cast<const unsigned char*>(args.b_scale) + si));
+            }
+            const unsigned lo = RAW_CHUNK_BYTES == 4 ? word[h] : word[2 * h];
+            const unsigned hi = RAW_CHUNK_BYTES == 4 ? 0u : word[2 * h + 1];
+            v = dequant::dequant8<QUANT, DTYPE>(lo, hi, scale, zero);
+          }
+          *reinterpret_cast<uint4*>(s_bd + (r * KU + swizzle<KU>(r, c) * 8) * 2) = v;
         }
-        v = dequant::dequant8<QUANT, DTYPE>(sb + r * B_RAW_ROW + c * 8 * quant_weight_bits(QUANT) / 8, scale, zero);
       }
-      *reinterpret_cast<uint4*>(s_bd + (r * KU + swizzle<KU>(r, c) * 8) * 2) = v;
     }
   };
 
@@ -207,7 +210,6 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
     if (s < k_tiles) load_stage(s, s);
     sm80::cp_async_commit();
   }
-  if constexpr (DEQUANT) fetch_scales(0);
 
   for (int kt = 0; kt < k_tiles; ++kt) {
     // Block scales of this k tile, fetched before the wait so their latency overlaps it.
@@ -243,7 +245,6 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
     sm80::cp_async_commit();
     if constexpr (DEQUANT) {
       dequantize_stage(kt % STAGES, kt);
-      if (kt + 1 < k_tiles) fetch_scales(kt + 1);
       __syncthreads();  // the DTYPE B tile is complete
     }
 
