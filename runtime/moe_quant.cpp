@@ -245,6 +245,33 @@ DeviceQuantWeights upload_replicated_quantized(DriverApi& api, const MoeSpec& s,
   return d;
 }
 
+Int4Prepacked prepack_gptq_int4(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
+                                std::int64_t in, std::int64_t out, int group, int zero_offset) {
+  MOEJIT_REQUIRE(in > 0 && out > 0 && in % 8 == 0 && out % 8 == 0,
+                 "prepack_gptq_int4: in_features = {} and out_features = {} must be positive multiples of 8", in, out);
+  MOEJIT_REQUIRE(group > 0 && in % group == 0, "prepack_gptq_int4: group {} does not divide in_features = {}", group, in);
+  const std::int64_t groups = in / group;
+  Int4Prepacked p;
+  p.weights.resize(out * in / 2);
+  p.scales.resize(out * groups);
+  if (qzeros) p.zeros.resize(out * groups);
+  for (std::int64_t n = 0; n < out; ++n) {
+    for (std::int64_t w = 0; w < in / 8; ++w) {
+      const std::uint32_t word = qweight[w * out + n];
+      for (int b = 0; b < 4; ++b) p.weights[n * (in / 2) + w * 4 + b] = static_cast<std::uint8_t>(word >> (8 * b));
+    }
+    for (std::int64_t g = 0; g < groups; ++g) {
+      p.scales[n * groups + g] = scales[g * out + n];
+      if (qzeros) {
+        const int z = static_cast<int>((qzeros[g * (out / 8) + n / 8] >> (4 * (n % 8))) & 0xfu) + zero_offset;
+        MOEJIT_REQUIRE(z <= 255, "prepack_gptq_int4: zero point {} out of range", z);
+        p.zeros[n * groups + g] = static_cast<std::uint8_t>(z);
+      }
+    }
+  }
+  return p;
+}
+
 void fp8_quantize_dequantize_row(const MoeSpec& s, float* row, std::int64_t cols, float static_scale) {
   MOEJIT_REQUIRE(quant_is_fp8(s.quant), "fp8_quantize_dequantize_row: quant {} is not w8a8", quant_name(s.quant));
   const std::int64_t group = s.quant == kQuantFp8Block ? kQuantFp8BlockSize : cols;

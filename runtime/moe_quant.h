@@ -54,6 +54,21 @@ DeviceQuantWeights upload_replicated_quantized(DriverApi& api, const MoeSpec& sp
 constexpr float kStaticInputScale = 1.f / kFp8E4m3Max;
 constexpr float kStaticIntermediateScale = 4.f / kFp8E4m3Max;
 
+// GPTQ checkpoints -> int4_group, for one weight matrix W [out, in] (moejit rows = out, K = in):
+//   qweight u32 [in / 8, out]: 8 consecutive k per word, k ascending from the low bits;
+//   scales 16-bit [in / group, out]; qzeros u32 [in / group, out / 8]: 8 columns per word, low bits
+//   first, each stored as zero - zero_offset (1 in the original GPTQ format, 0 in the "v2" one).
+// moejit's layout is the transpose: weights [out, in / 2] (the bytes of each word of a column, in
+// order), scales and zero points [out, in / group]. One pass over the matrix on the host (O(in*out),
+// ~1 s per GB of weights); do it once at load time. qzeros may be null (symmetric: zero point 8).
+struct Int4Prepacked {
+  std::vector<std::uint8_t> weights;   // [out, in / 2]
+  std::vector<std::uint16_t> scales;   // [out, in / group], the checkpoint's 16-bit scale bits
+  std::vector<std::uint8_t> zeros;     // [out, in / group]; empty when qzeros is null
+};
+Int4Prepacked prepack_gptq_int4(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
+                                std::int64_t in_features, std::int64_t out_features, int group, int zero_offset);
+
 // What the w8a8 kernels do to a row of activations before the e4m3 GEMM, dequantized again: per
 // 128 columns (fp8_block) or per row (fp8_channel) scale = max(amax, 1e-10) / 448, or the given
 // static scale (fp8_tensor); q = e4m3(x / scale) in fp32; returns q * scale. In place.

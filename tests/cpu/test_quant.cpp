@@ -265,3 +265,31 @@ TEST_CASE("quant: malformed quantized inputs are rejected before any launch (no 
   a.w1_scale = TensorView::contiguous(0x1000, ScalarType::F32, {4, 256});
   CHECK(check_error(plain_layer, a).find("has no weight scales") != std::string::npos);
 }
+
+TEST_CASE("quant: GPTQ int4 checkpoints prepack into the int4_group layout") {
+  const std::int64_t in = 64, out = 16;
+  const int group = 32;
+  std::vector<std::uint32_t> qweight(in / 8 * out), qzeros(in / group * out / 8);
+  std::vector<std::uint16_t> scales(in / group * out);
+  std::uint32_t x = 12345;
+  auto next = [&] { return x = x * 1664525u + 1013904223u; };
+  for (auto& w : qweight) w = next();
+  for (auto& z : qzeros) z = next();
+  for (auto& sc : scales) sc = float_to_f16_bits(0.01f + float(next() % 100) * 1e-4f);
+  const Int4Prepacked p = prepack_gptq_int4(qweight.data(), scales.data(), qzeros.data(), in, out, group, 1);
+  // Every weight decodes alike from both layouts: GPTQ (q - (z + 1)) * s and moejit (q - z') * s'.
+  for (std::int64_t n = 0; n < out; ++n)
+    for (std::int64_t k = 0; k < in; ++k) {
+      const int q_gptq = (qweight[(k / 8) * out + n] >> (4 * (k % 8))) & 15;
+      const int z_gptq = ((qzeros[(k / group) * (out / 8) + n / 8] >> (4 * (n % 8))) & 15) + 1;
+      const float s_gptq = f16_bits_to_float(scales[(k / group) * out + n]);
+      const int q = (p.weights[n * (in / 2) + k / 2] >> (4 * (k % 2))) & 15;
+      const int z = p.zeros[n * (in / group) + k / group];
+      const float sc = f16_bits_to_float(p.scales[n * (in / group) + k / group]);
+      INFO("n " << n << " k " << k);
+      CHECK(float(q - z) * sc == float(q_gptq - z_gptq) * s_gptq);
+    }
+  CHECK_THROWS_WITH_AS(prepack_gptq_int4(qweight.data(), scales.data(), nullptr, in, out, 48, 0),
+                       doctest::Contains("does not divide"), Error);
+  CHECK(prepack_gptq_int4(qweight.data(), scales.data(), nullptr, in, out, group, 0).zeros.empty());
+}
