@@ -51,28 +51,21 @@ std::vector<std::uint16_t> logits_bits(const MoeSpec& s, int m, bool skewed, std
 
 struct MoeTuner::Buffers {
   std::unique_ptr<MoeLayer> layer;
-  std::vector<DeviceQuantWeights> w1, w2;  // copies, rotated so that weights come from memory, not L2
-  DeviceBuffer b1, b2, hidden, out, workspace, expert_map, correction_bias, a1_scale, a2_scale;
+  std::vector<DeviceExpertWeights> weights;  // copies, rotated so that weights come from memory, not L2
+  DeviceBuffer b1, b2, hidden, out, workspace, expert_map, correction_bias;
   std::vector<DeviceBuffer> logits;
   int max_m = 0;
   CUstream stream = nullptr;
   int turn = 0;
 
   MoeForwardArgs args(const MoeSpec& s, int m, int set) {
-    const int copy = turn++ % static_cast<int>(w1.size());
+    const int copy = turn++ % static_cast<int>(weights.size());
     MoeDevicePointers p;
     p.hidden = hidden.ptr();
     p.router_logits = logits[set].ptr();
     if (s.n_group > 1) p.correction_bias = correction_bias.ptr();
     p.expert_map = expert_map.ptr();
-    p.w1 = w1[copy].weights.ptr();
-    p.w2 = w2[copy].weights.ptr();
-    p.w1_scale = w1[copy].scales.ptr();
-    p.w2_scale = w2[copy].scales.ptr();
-    p.w1_zero = w1[copy].zeros.ptr();
-    p.w2_zero = w2[copy].zeros.ptr();
-    p.a1_scale = a1_scale.ptr();
-    p.a2_scale = a2_scale.ptr();
+    weights[copy].point(p);
     p.b1 = b1.ptr();
     p.b2 = b2.ptr();
     p.out = out.ptr();
@@ -130,7 +123,7 @@ double MoeTuner::time_config(int m, const MoeTileConfig& config) {
     double total = 0;
     for (int dist = 0; dist < 2; ++dist) {
       if (m <= kGraphMaxTokens) {
-        const int inner = 2 * static_cast<int>(b.w1.size());
+        const int inner = 2 * static_cast<int>(b.weights.size());
         total += time_graph_us(api, b.stream, inner, options_.reps, [&](int i) {
           b.layer->forward_with_config(b.stream, b.args(spec_, m, 2 * dist + i % 2), config);
         });
@@ -175,21 +168,7 @@ std::vector<TuneResult> MoeTuner::run() {
   const ScalarType dt = scalar_type_of(spec_.dtype);
   const int copies = static_cast<int>(
       std::clamp<std::size_t>((2 * std::size_t(info.l2_bytes) + weight_bytes - 1) / weight_bytes, 1, kMaxWeightCopies));
-  for (int c = 0; c < copies; ++c) {
-    if (spec_.quant == kQuantNone) {
-      b.w1.emplace_back().weights = DeviceBuffer(api, EL * R * K * 2);
-      b.w2.emplace_back().weights = DeviceBuffer(api, EL * K * N * 2);
-      filler.fill(b.stream, b.w1.back().weights.ptr(), EL * R * K, dt, 10 + c, float(std::sqrt(3.0 / K)));
-      filler.fill(b.stream, b.w2.back().weights.ptr(), EL * K * N, dt, 20 + c, float(std::sqrt(3.0 / N)));
-    } else {
-      b.w1.push_back(upload_replicated_quantized(api, spec_, EL, R, K, 10 + c));
-      b.w2.push_back(upload_replicated_quantized(api, spec_, EL, K, N, 20 + c));
-    }
-  }
-  if (spec_.quant == kQuantFp8Tensor) {
-    b.a1_scale = DeviceBuffer::from(api, std::vector<float>{kStaticInputScale});
-    b.a2_scale = DeviceBuffer::from(api, std::vector<float>{kStaticIntermediateScale});
-  }
+  for (int c = 0; c < copies; ++c) b.weights.push_back(random_device_weights(api, filler, b.stream, spec_, 10 + 2 * c));
   b.hidden = DeviceBuffer(api, M * K * 2);
   filler.fill(b.stream, b.hidden.ptr(), M * K, dt, 1, 1.f);
   if (spec_.has_bias) {

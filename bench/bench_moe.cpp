@@ -46,26 +46,8 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
     const std::size_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), E = s.num_experts, EL = s.local_experts();
     DeviceBuffer hidden(api, std::max<std::size_t>(max_m * K * 2, 16));
     DeviceBuffer out(api, std::max<std::size_t>(max_m * K * 2, 16)), ws(api, layer.workspace_bytes(max_m));
-    DeviceBuffer w1, w2, b1, b2, w1_scale, w2_scale, w1_zero, w2_zero, a1_scale, a2_scale;
-    if (s.quant == kQuantNone) {
-      w1 = DeviceBuffer(api, EL * R * K * 2);
-      w2 = DeviceBuffer(api, EL * K * N * 2);
-      ctx.filler->fill(ctx.stream, w1.ptr(), EL * R * K, ScalarType::BF16, 11, float(std::sqrt(3.0 / K)));
-      ctx.filler->fill(ctx.stream, w2.ptr(), EL * K * N, ScalarType::BF16, 12, float(std::sqrt(3.0 / N)));
-    } else {
-      DeviceQuantWeights q1 = upload_replicated_quantized(api, s, EL, R, K, 11);
-      DeviceQuantWeights q2 = upload_replicated_quantized(api, s, EL, K, N, 12);
-      w1 = std::move(q1.weights);
-      w1_scale = std::move(q1.scales);
-      w1_zero = std::move(q1.zeros);
-      w2 = std::move(q2.weights);
-      w2_scale = std::move(q2.scales);
-      w2_zero = std::move(q2.zeros);
-      if (s.quant == kQuantFp8Tensor) {
-        a1_scale = DeviceBuffer::from(api, std::vector<float>{kStaticInputScale});
-        a2_scale = DeviceBuffer::from(api, std::vector<float>{kStaticIntermediateScale});
-      }
-    }
+    const DeviceExpertWeights weights = random_device_weights(api, *ctx.filler, ctx.stream, s, 11);
+    DeviceBuffer b1, b2;
     ctx.filler->fill(ctx.stream, hidden.ptr(), max_m * K, ScalarType::BF16, 13, 1.f);
     if (s.has_bias) {
       b1 = DeviceBuffer(api, EL * R * 4);
@@ -83,16 +65,9 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
         MoeDevicePointers p;
         p.hidden = hidden.ptr();
         p.router_logits = logits[set].ptr();
-        p.w1 = w1.ptr();
-        p.w2 = w2.ptr();
+        weights.point(p);
         p.b1 = b1.ptr();
         p.b2 = b2.ptr();
-        p.w1_scale = w1_scale.ptr();
-        p.w2_scale = w2_scale.ptr();
-        p.w1_zero = w1_zero.ptr();
-        p.w2_zero = w2_zero.ptr();
-        p.a1_scale = a1_scale.ptr();
-        p.a2_scale = a2_scale.ptr();
         p.out = out.ptr();
         p.workspace = ws.ptr();
         p.workspace_size = ws.bytes();

@@ -99,20 +99,20 @@ MoeProblem::MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std:
 
   hidden = DeviceBuffer::from(api, to_bits(host_.hidden, dt));
   if (spec.quant == kQuantNone) {
-    w1 = DeviceBuffer::from(api, to_bits(host_.w1, dt));
-    w2 = DeviceBuffer::from(api, to_bits(host_.w2, dt));
+    weights.w1 = DeviceBuffer::from(api, to_bits(host_.w1, dt));
+    weights.w2 = DeviceBuffer::from(api, to_bits(host_.w2, dt));
   } else {
-    w1 = DeviceBuffer::from(api, q1.weights);
-    w2 = DeviceBuffer::from(api, q2.weights);
-    w1_scale = DeviceBuffer::from(api, q1.scales);
-    w2_scale = DeviceBuffer::from(api, q2.scales);
+    weights.w1 = DeviceBuffer::from(api, q1.weights);
+    weights.w2 = DeviceBuffer::from(api, q2.weights);
+    weights.w1_scale = DeviceBuffer::from(api, q1.scales);
+    weights.w2_scale = DeviceBuffer::from(api, q2.scales);
     if (!q1.zeros.empty()) {
-      w1_zero = DeviceBuffer::from(api, q1.zeros);
-      w2_zero = DeviceBuffer::from(api, q2.zeros);
+      weights.w1_zero = DeviceBuffer::from(api, q1.zeros);
+      weights.w2_zero = DeviceBuffer::from(api, q2.zeros);
     }
     if (spec.quant == kQuantFp8Tensor) {
-      a1_scale = DeviceBuffer::from(api, std::vector<float>{host_.a1_scale});
-      a2_scale = DeviceBuffer::from(api, std::vector<float>{host_.a2_scale});
+      weights.a1_scale = DeviceBuffer::from(api, std::vector<float>{host_.a1_scale});
+      weights.a2_scale = DeviceBuffer::from(api, std::vector<float>{host_.a2_scale});
     }
   }
   if (spec.has_bias) {
@@ -138,14 +138,7 @@ MoeForwardArgs MoeProblem::args(int m, bool modular) const {
     p.router_logits = logits.ptr();
   }
   p.expert_map = expert_map.ptr();
-  p.w1 = w1.ptr();
-  p.w2 = w2.ptr();
-  p.w1_scale = w1_scale.ptr();
-  p.w2_scale = w2_scale.ptr();
-  p.w1_zero = w1_zero.ptr();
-  p.w2_zero = w2_zero.ptr();
-  p.a1_scale = a1_scale.ptr();
-  p.a2_scale = a2_scale.ptr();
+  weights.point(p);
   if (spec_.has_bias) {
     p.b1 = b1.ptr();
     p.b2 = b2.ptr();

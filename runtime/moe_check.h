@@ -8,6 +8,7 @@
 
 #include "runtime/device_buffer.h"
 #include "runtime/moe_layer.h"
+#include "runtime/moe_quant.h"
 #include "runtime/moe_reference.h"
 
 namespace moejit {
@@ -41,9 +42,8 @@ class MoeProblem {
   // Token indices to check: all when few, else an even sample including the first and last.
   static std::vector<int> sample_tokens(int num_tokens, int max_checked);
 
-  DeviceBuffer hidden, logits, topk_ids, topk_weights, expert_map, w1, w2, b1, b2, out, workspace;
-  // Quantized layers (spec.quant): weight scales, int4 zero points, fp8_tensor's static scales.
-  DeviceBuffer w1_scale, w2_scale, w1_zero, w2_zero, a1_scale, a2_scale;
+  DeviceBuffer hidden, logits, topk_ids, topk_weights, expert_map, b1, b2, out, workspace;
+  DeviceExpertWeights weights;  // W1, W2 as stored (+ scales, zero points, static scales)
 
  private:
   DriverApi& api_;

@@ -228,20 +228,49 @@ QuantizedWeights random_quantized_weights(const MoeSpec& s, std::int64_t experts
   return q;
 }
 
-DeviceQuantWeights upload_replicated_quantized(DriverApi& api, const MoeSpec& s, std::size_t experts,
-                                               std::size_t rows, std::size_t cols, std::uint64_t seed) {
-  const QuantizedWeights q =
-      random_quantized_weights(s, 1, std::int64_t(rows), std::int64_t(cols), std::sqrt(3.0 / double(cols)), seed);
-  DeviceQuantWeights d;
-  auto replicate = [&](const std::vector<std::uint8_t>& one, DeviceBuffer& dst) {
-    if (one.empty()) return;
-    dst = DeviceBuffer(api, experts * one.size());
-    for (std::size_t e = 0; e < experts; ++e)
-      MOEJIT_CHECK_CU(api, Launch, cuMemcpyHtoD(dst.ptr() + e * one.size(), one.data(), one.size()));
+void DeviceExpertWeights::point(MoeDevicePointers& p) const {
+  p.w1 = w1.ptr();
+  p.w2 = w2.ptr();
+  p.w1_scale = w1_scale.ptr();
+  p.w2_scale = w2_scale.ptr();
+  p.w1_zero = w1_zero.ptr();
+  p.w2_zero = w2_zero.ptr();
+  p.a1_scale = a1_scale.ptr();
+  p.a2_scale = a2_scale.ptr();
+}
+
+DeviceExpertWeights random_device_weights(DriverApi& api, DeviceFiller& filler, CUstream stream, const MoeSpec& s,
+                                          std::uint64_t seed) {
+  const std::size_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), EL = s.local_experts();
+  DeviceExpertWeights d;
+  if (s.quant == kQuantNone) {
+    const ScalarType dt = s.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16;
+    d.w1 = DeviceBuffer(api, EL * R * K * 2);
+    d.w2 = DeviceBuffer(api, EL * K * N * 2);
+    filler.fill(stream, d.w1.ptr(), EL * R * K, dt, seed, float(std::sqrt(3.0 / double(K))));
+    filler.fill(stream, d.w2.ptr(), EL * K * N, dt, seed + 1, float(std::sqrt(3.0 / double(N))));
+    return d;
+  }
+  auto upload = [&](std::size_t rows, std::size_t cols, std::uint64_t matrix_seed, DeviceBuffer& w, DeviceBuffer& scale,
+                    DeviceBuffer& zero) {
+    const QuantizedWeights q = random_quantized_weights(s, 1, std::int64_t(rows), std::int64_t(cols),
+                                                        std::sqrt(3.0 / double(cols)), matrix_seed);
+    auto replicate = [&](const std::vector<std::uint8_t>& one, DeviceBuffer& dst) {
+      if (one.empty()) return;
+      dst = DeviceBuffer(api, EL * one.size());
+      for (std::size_t e = 0; e < EL; ++e)
+        MOEJIT_CHECK_CU(api, Launch, cuMemcpyHtoD(dst.ptr() + e * one.size(), one.data(), one.size()));
+    };
+    replicate(q.weights, w);
+    replicate(q.scales, scale);
+    replicate(q.zeros, zero);
   };
-  replicate(q.weights, d.weights);
-  replicate(q.scales, d.scales);
-  replicate(q.zeros, d.zeros);
+  upload(R, K, seed, d.w1, d.w1_scale, d.w1_zero);
+  upload(K, N, seed + 1, d.w2, d.w2_scale, d.w2_zero);
+  if (s.quant == kQuantFp8Tensor) {
+    d.a1_scale = DeviceBuffer::from(api, std::vector<float>{kStaticInputScale});
+    d.a2_scale = DeviceBuffer::from(api, std::vector<float>{kStaticIntermediateScale});
+  }
   return d;
 }
 

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "runtime/device_buffer.h"
+#include "runtime/device_fill.h"
+#include "runtime/moe_layer.h"
 #include "runtime/moe_spec.h"
 #include "runtime/tensor_view.h"
 
@@ -42,14 +44,19 @@ struct QuantizedWeights {
 QuantizedWeights random_quantized_weights(const MoeSpec& spec, std::int64_t experts, std::int64_t rows,
                                           std::int64_t cols, double magnitude, std::uint64_t seed);
 
-// Device copies of random quantized weights for benchmarks and tuning: one expert's matrix
-// [rows, cols] generated on the host and copied to each of `experts` (the kernels read every
-// expert's own bytes; generating every expert on the host would take minutes for large models).
-struct DeviceQuantWeights {
-  DeviceBuffer weights, scales, zeros;  // zeros: int4 zero points when the spec has them
+// A layer's expert weights on the device as stored: W1 and W2 (codes or 16-bit values), their
+// scales and zero points, and fp8_tensor's static activation scales; empty buffers where the format
+// has none. point() fills the matching MoeDevicePointers fields.
+struct DeviceExpertWeights {
+  DeviceBuffer w1, w2, w1_scale, w2_scale, w1_zero, w2_zero, a1_scale, a2_scale;
+  void point(MoeDevicePointers& p) const;
 };
-DeviceQuantWeights upload_replicated_quantized(DriverApi& api, const MoeSpec& spec, std::size_t experts,
-                                               std::size_t rows, std::size_t cols, std::uint64_t seed);
+// Random weights of `spec` for benchmarks and tuning, values ~ U(-1, 1) / sqrt(fan-in / 3): 16-bit
+// layers filled on the device; quantized layers from one expert's random codes and scales generated
+// on the host and copied to every local expert (the kernels read each expert's own bytes; host
+// generation of every expert would take minutes for large models).
+DeviceExpertWeights random_device_weights(DriverApi& api, DeviceFiller& filler, CUstream stream, const MoeSpec& spec,
+                                          std::uint64_t seed);
 // fp8_tensor's static activation scales for inputs of magnitude ~1 (X) and ~4 (the intermediate).
 constexpr float kStaticInputScale = 1.f / kFp8E4m3Max;
 constexpr float kStaticIntermediateScale = 4.f / kFp8E4m3Max;

@@ -39,6 +39,19 @@ __device__ inline int swizzle(int r, int c) {
   else return c ^ ((r >> 1) & 3);                     // 4 chunks per 64-byte row: 2 rows per line
 }
 
+// Zeroes a set of mma C fragments [sets][m16 fragments][n8 fragments][4].
+template <int S, int M, int N>
+__device__ inline void zero_fragments(float (&f)[S][M][N][4]) {
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int m = 0; m < M; ++m)
+#pragma unroll
+      for (int n = 0; n < N; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f[s][m][n][e] = 0.f;
+}
+
 }  // namespace moe_gemm_detail
 
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int BLOCK_K, int WARPS_M, int WARPS_N,
@@ -196,14 +209,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
 
   float acc[G][MI][NI][4];  // per set: [MI x 16 rows] x [NI x 8 columns], mma C fragments
   float part[BLOCK_SCALED ? G : 1][BLOCK_SCALED ? MI : 1][BLOCK_SCALED ? NI : 1][4];  // one scale block's sum
-#pragma unroll
-  for (int g = 0; g < G; ++g)
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[g][mi][ni][e] = 0.f;
+  zero_fragments(acc);
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
@@ -229,14 +235,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
           const int wrow = weight_row(g * BLOCK_N + wn * WN + ni * 8 + (lane & 3) * 2);
           b_sc[g][ni] = wrow < 0 ? 0.f : __ldg(static_cast<const float*>(args.b_scale) + b_scale_index(wrow, kt * BLOCK_K));
         }
-#pragma unroll
-      for (int g = 0; g < G; ++g)
-#pragma unroll
-        for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < NI; ++ni)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) part[g][mi][ni][e] = 0.f;
+      zero_fragments(part);
     }
     sm80::cp_async_wait<STAGES - 2>();
     __syncthreads();  // slot kt ready for all; slot kt-1 (and the DTYPE B tile) no longer read by anyone

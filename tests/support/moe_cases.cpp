@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "autotune/config_space.h"
+#include "common/error.h"
 #include "jit/moe_names.h"
 
 namespace moejit::test {
@@ -76,6 +77,21 @@ std::vector<MoeCase> moe_model_cases() {
   return out;
 }
 
+namespace {
+// DeepSeek-V3's router: sigmoid scores, 8 groups, best 4 groups, scaling factor 2.5.
+void deepseek_v3_routing(MoeSpec& s) {
+  s.scoring = Scoring::Sigmoid;
+  s.n_group = 8;
+  s.topk_group = 4;
+  s.routed_scaling_factor = 2.5f;
+}
+MoeCase model_case(const std::string& name) {
+  for (auto& c : moe_model_cases())
+    if (c.name == name) return c;
+  throw Error(Phase::Validate, "no model case " + name);
+}
+}  // namespace
+
 std::vector<MoeCase> moe_mode_cases() {
   std::vector<MoeCase> out;
   MoeSpec ep;  // half the experts remote; grouped sigmoid routing as DeepSeek-V3 (reduced)
@@ -84,10 +100,7 @@ std::vector<MoeCase> moe_mode_cases() {
   ep.hidden = 512;
   ep.intermediate = 256;
   ep.num_local_experts = 32;
-  ep.scoring = Scoring::Sigmoid;
-  ep.n_group = 8;
-  ep.topk_group = 4;
-  ep.routed_scaling_factor = 2.5f;
+  deepseek_v3_routing(ep);
   for (ReduceMode r : {ReduceMode::Fast, ReduceMode::Deterministic}) {
     ep.reduce = r;
     out.push_back({fmt::format("expert parallel {}", ep.describe()), ep, {1, 64, 1000}});
@@ -166,14 +179,7 @@ std::vector<MoeCase> moe_quant_cases() {
   fp8_tensor.reduce = ReduceMode::Deterministic;
   add(fp8_tensor);
 
-  MoeSpec gpt_oss;  // gpt-oss-20b with MXFP4 experts
-  gpt_oss.num_experts = 32;
-  gpt_oss.top_k = 4;
-  gpt_oss.hidden = 2880;
-  gpt_oss.intermediate = 2880;
-  gpt_oss.activation = kActSwigluOai;
-  gpt_oss.has_bias = true;
-  gpt_oss.scoring = Scoring::SoftmaxAfterTopk;
+  MoeSpec gpt_oss = model_case("gpt-oss-20b").spec;  // with MXFP4 experts
   gpt_oss.quant = kQuantMxfp4;
   add(gpt_oss, {1, 64, 333});
   MoeSpec dsv3;  // DeepSeek-V3-like, E reduced to 64: block-scaled fp8, grouped sigmoid routing
@@ -181,14 +187,27 @@ std::vector<MoeCase> moe_quant_cases() {
   dsv3.top_k = 8;
   dsv3.hidden = 7168;
   dsv3.intermediate = 2048;
-  dsv3.scoring = Scoring::Sigmoid;
-  dsv3.n_group = 8;
-  dsv3.topk_group = 4;
-  dsv3.routed_scaling_factor = 2.5f;
+  deepseek_v3_routing(dsv3);
   dsv3.quant = kQuantFp8Block;
   add(dsv3, {1, 64, 333});
   return out;
 }
+
+namespace {
+// Every candidate of the tuner's space for each block_m (the heuristic's tiles for the other GEMM).
+void add_tile_sweep(const MoeSpec& spec, std::initializer_list<int> block_ms, const DeviceLimits& limits,
+                    std::vector<MoeTileCase>& out) {
+  for (int bm : block_ms) {
+    const MoeTileConfig base = heuristic_config_for_block_m(spec, bm);
+    for (bool gemm1 : {true, false})
+      for (const auto& t : candidate_tiles(spec, bm, gemm1, limits)) {
+        MoeTileConfig c = base;
+        (gemm1 ? c.gemm1 : c.gemm2) = t;
+        out.push_back({spec, c});
+      }
+  }
+}
+}  // namespace
 
 std::vector<MoeTileCase> moe_tile_sweep_cases() {
   MoeSpec gated;  // K and N tails for every block_n / block_k
@@ -205,22 +224,9 @@ std::vector<MoeTileCase> moe_tile_sweep_cases() {
   single.reduce = ReduceMode::Deterministic;
   const DeviceLimits limits{227 * 1024, "sm_90a"};
   std::vector<MoeTileCase> out;
-  for (const MoeSpec& spec : {gated, single})
-    for (int bm : {16, 32, 64, 128}) {
-      const MoeTileConfig base = heuristic_config_for_block_m(spec, bm);
-      for (bool gemm1 : {true, false})
-        for (const auto& t : candidate_tiles(spec, bm, gemm1, limits)) {
-          MoeTileConfig c = base;
-          (gemm1 ? c.gemm1 : c.gemm2) = t;
-          out.push_back({spec, c});
-        }
-    }
+  for (const MoeSpec& spec : {gated, single}) add_tile_sweep(spec, {16, 32, 64, 128}, limits, out);
   return out;
 }
-
-}  // namespace moejit::test
-
-namespace moejit::test {
 
 std::vector<MoeTileCase> moe_quant_tile_sweep_cases(int max_shared_optin, const std::string& arch) {
   const DeviceLimits limits{max_shared_optin, arch};
@@ -235,15 +241,7 @@ std::vector<MoeTileCase> moe_quant_tile_sweep_cases(int max_shared_optin, const 
     s.has_bias = true;
     s.quant = q;
     s.quant_group = 32;
-    for (int bm : {16, 64, 128}) {
-      const MoeTileConfig base = heuristic_config_for_block_m(s, bm);
-      for (bool gemm1 : {true, false})
-        for (const auto& t : candidate_tiles(s, bm, gemm1, limits)) {
-          MoeTileConfig c = base;
-          (gemm1 ? c.gemm1 : c.gemm2) = t;
-          out.push_back({s, c});
-        }
-    }
+    add_tile_sweep(s, {16, 64, 128}, limits, out);
   }
   return out;
 }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sys/wait.h>
 
+#include "common/error.h"
 #include "common/files.h"
 
 namespace moejit::test {
@@ -43,6 +44,15 @@ int run_command(const std::string& command, std::string* output) {
   int status = ::pclose(pipe);
   if (output) *output = text;
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string layer_check_error(const MoeLayer& layer, const MoeForwardArgs& args) {
+  try {
+    layer.check(args);
+  } catch (const Error& e) {
+    return e.phase() == Phase::Validate ? std::string(e.what()) : "wrong phase: " + std::string(e.what());
+  }
+  return "";
 }
 
 }  // namespace moejit::test

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "runtime/moe_layer.h"
 #include "runtime/runtime.h"
 
 namespace moejit::test {
@@ -25,6 +26,10 @@ Options test_options(const std::filesystem::path& cache_dir);
 
 // True when a GPU is usable; otherwise prints "SKIPPED: no GPU (<why>)" once per test case.
 bool gpu_or_skip(Runtime& rt, const char* test_name);
+
+// What MoeLayer::check says of `args`: "" when accepted, else the message of its Error (whose phase
+// must be Validate: anything else is returned prefixed with "wrong phase: ").
+std::string layer_check_error(const MoeLayer& layer, const MoeForwardArgs& args);
 
 // Runs a shell command, returns its exit status; output into *output when given.
 int run_command(const std::string& command, std::string* output = nullptr);
