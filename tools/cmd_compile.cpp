@@ -5,6 +5,8 @@
 
 #include "common/files.h"
 #include "jit/families.h"
+#include "jit/moe_names.h"
+#include "runtime/moe_layer.h"
 #include "runtime/model_config.h"
 #include "tools/cli_util.h"
 
@@ -12,7 +14,7 @@ namespace moejit::cli {
 
 namespace {
 constexpr const char* kHelp = R"(usage: moejit compile --spec spec.json [--arch ARCH]...
-       moejit compile --model config.json [--arch ARCH]... [--max-tokens M]
+       moejit compile --model config.json [--arch ARCH]... [--max-tokens M] [--quant FORMAT]
 
 Compiles kernels ahead of time into the kernel cache (in parallel; MOEJIT_COMPILE_THREADS).
 
@@ -21,6 +23,8 @@ Compiles kernels ahead of time into the kernel cache (in parallel; MOEJIT_COMPIL
   --model FILE     a Hugging Face config.json: every kernel an MoE layer of that model needs
                    (routing, expert GEMMs for every tile config up to --max-tokens, reduction)
   --max-tokens M   largest batch the layer will run (default 8192)
+  --quant FORMAT   the model's expert weights: none (default), int8_channel, int4_group, mxfp4,
+                   fp8_block, fp8_channel, fp8_tensor (docs/quantization.md)
   --arch ARCH      target arch (repeatable); overrides the specs' own. Default for --model: sm_90a
   --cache-dir DIR  kernel cache directory
 )";
@@ -42,13 +46,14 @@ std::vector<KernelSpec> specs_from_file(const std::string& path) {
 }  // namespace
 
 int cmd_compile(const std::vector<std::string>& argv) {
-  Args args = parse_args(argv, {"spec", "model", "arch", "cache-dir", "max-tokens"}, {"help"});
+  Args args = parse_args(argv, {"spec", "model", "arch", "cache-dir", "max-tokens", "quant"}, {"help"});
   if (args.has("help")) {
     fmt::print("{}", kHelp);
     return kExitOk;
   }
   if (args.has("spec") == args.has("model")) throw UsageError("give exactly one of --spec or --model");
-  if (args.has("max-tokens") && !args.has("model")) throw UsageError("--max-tokens goes with --model");
+  if ((args.has("max-tokens") || args.has("quant")) && !args.has("model"))
+    throw UsageError("--max-tokens and --quant go with --model");
   if (!args.positional.empty()) throw UsageError("unexpected argument '" + args.positional[0] + "'");
   std::vector<std::string> archs = args.all("arch");
 
@@ -71,8 +76,13 @@ int cmd_compile(const std::vector<std::string>& argv) {
     const int max_tokens =
         args.has("max-tokens") ? static_cast<int>(parse_int(args.get("max-tokens"), "--max-tokens")) : 8192;
     if (max_tokens < 1) throw UsageError("--max-tokens must be at least 1");
+    MoeSpec layer = model.moe_spec();
+    if (args.has("quant")) {
+      layer.quant = static_cast<MoeQuant>(parse_quant(args.get("quant")));
+      layer.validate();
+    }
     for (const auto& arch : archs)
-      for (auto& s : kernel_specs_for(model, arch, max_tokens)) specs.push_back(s);
+      for (auto& s : moe_layer_kernel_specs(layer, max_tokens, arch)) specs.push_back(s);
   }
 
   Runtime rt(options_from(args));
