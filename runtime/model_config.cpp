@@ -1,5 +1,8 @@
 #include "runtime/model_config.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "common/error.h"
 #include "common/files.h"
 #include "jit/families.h"
@@ -33,6 +36,32 @@ std::string expert_activation(const std::string& hidden_act) {
   if (hidden_act == "relu2" || hidden_act == "relu_squared") return "relu2";
   return activation_name(parse_activation(hidden_act));  // our own spellings; else a clear error
 }
+void parse_quantization(const nlohmann::json& q, ModelMoeConfig& m) {
+  const std::string method = q.value("quant_method", std::string());
+  if (method == "mxfp4") {
+    m.quant = "mxfp4";
+  } else if (method == "fp8") {
+    const auto block = q.value("weight_block_size", std::vector<int>{});
+    if (!block.empty()) {
+      if (block != std::vector<int>{kQuantFp8BlockSize, kQuantFp8BlockSize})
+        throw Error(Phase::Validate, fmt::format("model config: fp8 weight_block_size [{}] is not [128, 128]",
+                                                 fmt::join(block, ", ")));
+      m.quant = "fp8_block";
+    } else {
+      m.quant = q.value("activation_scheme", std::string("dynamic")) == "static" ? "fp8_tensor" : "fp8_channel";
+    }
+  } else if (method == "gptq" || method == "awq") {
+    const int bits = q.value("bits", q.value("w_bit", 4));
+    if (bits != 4)
+      throw Error(Phase::Validate, fmt::format("model config: {} with {} bits (int4_group takes 4)", method, bits));
+    m.quant = "int4_group";
+    m.quant_group = q.value("group_size", q.value("q_group_size", 128));
+    m.quant_zero_points = method == "awq" ? q.value("zero_point", true) : !q.value("sym", true);
+  } else {
+    throw Error(Phase::Validate, fmt::format("model config: quantization_config quant_method '{}' is not supported "
+                                             "(mxfp4, fp8, gptq, awq)", method));
+  }
+}
 }  // namespace
 
 ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
@@ -62,6 +91,7 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
     m.renormalize = false;
     m.weight_on_input = true;
   }
+  if (auto* q = first_of(root, {"quantization_config"}); q && q->is_object()) parse_quantization(*q, m);
   parse_scoring(m.scoring);  // an unknown scoring_func or activation is an error here, not at the first forward
   parse_activation(m.activation);
   if (m.top_k > m.num_experts)
@@ -83,9 +113,9 @@ ModelMoeConfig ModelMoeConfig::from_file(const std::filesystem::path& path) {
 }
 
 std::string ModelMoeConfig::describe() const {
-  return fmt::format("{}: E={} top_k={} K={} N={} scoring={} renormalize={} n_group={} topk_group={} scale={}",
+  return fmt::format("{}: E={} top_k={} K={} N={} scoring={} renormalize={} n_group={} topk_group={} scale={}{}",
                      model_type, num_experts, top_k, hidden, intermediate, scoring, renormalize, n_group, topk_group,
-                     routed_scaling_factor);
+                     routed_scaling_factor, quant == "none" ? "" : " quant=" + quant);
 }
 
 RouterConfig ModelMoeConfig::router_config(int block_m) const {
@@ -117,6 +147,9 @@ MoeSpec ModelMoeConfig::moe_spec(MoeDType dtype) const {
   s.routed_scaling_factor = r.routed_scaling_factor;
   s.has_bias = expert_bias;
   s.router_weight_on_input = weight_on_input;
+  s.quant = static_cast<MoeQuant>(parse_quant(quant));
+  s.quant_group = quant_group;
+  s.quant_zero_points = quant_zero_points;
   return s;
 }
 

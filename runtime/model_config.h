@@ -28,6 +28,13 @@ struct ModelMoeConfig {
 
   bool expert_bias = false;         // gpt-oss: fp32 biases on both expert projections
   bool weight_on_input = false;     // Llama-4: the router weight scales the expert input
+  // Expert weight format from quantization_config (docs/quantization.md): quant_method mxfp4 ->
+  // mxfp4; fp8 with weight_block_size [128, 128] -> fp8_block, else activation_scheme static ->
+  // fp8_tensor, dynamic -> fp8_channel; gptq / awq with bits 4 -> int4_group (group_size; zero points
+  // unless sym). Anything else is an error naming the method.
+  std::string quant = "none";
+  int quant_group = 128;
+  bool quant_zero_points = false;
 
   // The router this model uses (scoring rule, grouping, renormalization, scaling).
   RouterConfig router_config(int block_m = 64) const;

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/half_float.h"
 #include "jit/moe_names.h"
+#include "runtime/model_config.h"
 #include "runtime/moe_layer.h"
 #include "runtime/moe_quant.h"
 #include "runtime/runtime.h"
@@ -284,4 +285,34 @@ TEST_CASE("quant: GPTQ int4 checkpoints prepack into the int4_group layout") {
   CHECK_THROWS_WITH_AS(prepack_gptq_int4(qweight.data(), scales.data(), nullptr, in, out, 48, 0),
                        doctest::Contains("does not divide"), Error);
   CHECK(prepack_gptq_int4(qweight.data(), scales.data(), nullptr, in, out, group, 0).zeros.empty());
+}
+
+TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
+  auto spec_of = [](const char* quantization) {
+    nlohmann::json j = {{"model_type", "deepseek_v3"}, {"n_routed_experts", 64}, {"num_experts_per_tok", 8},
+                        {"hidden_size", 2048}, {"moe_intermediate_size", 1024}};
+    j["quantization_config"] = nlohmann::json::parse(quantization);
+    return ModelMoeConfig::from_json(j).moe_spec();
+  };
+  CHECK(spec_of(R"({"quant_method": "mxfp4"})").quant == kQuantMxfp4);
+  CHECK(spec_of(R"({"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic"})").quant ==
+        kQuantFp8Block);
+  CHECK(spec_of(R"({"quant_method": "fp8", "activation_scheme": "static"})").quant == kQuantFp8Tensor);
+  CHECK(spec_of(R"({"quant_method": "fp8", "activation_scheme": "dynamic"})").quant == kQuantFp8Channel);
+  const MoeSpec gptq = spec_of(R"({"quant_method": "gptq", "bits": 4, "group_size": 64, "sym": true})");
+  CHECK(gptq.quant == kQuantInt4Group);
+  CHECK(gptq.quant_group == 64);
+  CHECK(!gptq.quant_zero_points);
+  const MoeSpec awq = spec_of(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true})");
+  CHECK(awq.quant == kQuantInt4Group);
+  CHECK(awq.quant_zero_points);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "bitsandbytes"})"), doctest::Contains("'bitsandbytes' is not supported"),
+                       Error);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "fp8", "weight_block_size": [64, 64]})"),
+                       doctest::Contains("is not [128, 128]"), Error);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "gptq", "bits": 8})"), doctest::Contains("8 bits"), Error);
+  // No quantization_config: 16-bit experts, as before.
+  nlohmann::json plain = {{"model_type", "qwen3_moe"}, {"num_experts", 128}, {"num_experts_per_tok", 8},
+                          {"hidden_size", 2048}, {"moe_intermediate_size", 768}};
+  CHECK(ModelMoeConfig::from_json(plain).moe_spec().quant == kQuantNone);
 }
