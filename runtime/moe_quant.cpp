@@ -301,6 +301,30 @@ Int4Prepacked prepack_gptq_int4(const std::uint32_t* qweight, const std::uint16_
   return p;
 }
 
+Int4Prepacked prepack_awq_int4(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
+                               std::int64_t in, std::int64_t out, int group) {
+  MOEJIT_REQUIRE(in > 0 && out > 0 && in % 8 == 0 && out % 8 == 0,
+                 "prepack_awq_int4: in_features = {} and out_features = {} must be positive multiples of 8", in, out);
+  MOEJIT_REQUIRE(group > 0 && in % group == 0, "prepack_awq_int4: group {} does not divide in_features = {}", group, in);
+  MOEJIT_REQUIRE(qzeros != nullptr, "prepack_awq_int4: AWQ checkpoints carry zero points (qzeros)");
+  static constexpr int kNibbleOfColumn[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // inverse of {0, 2, 4, 6, 1, 3, 5, 7}
+  const std::int64_t groups = in / group, words = out / 8;
+  auto nibble = [&](std::uint32_t word, std::int64_t n) { return (word >> (4 * kNibbleOfColumn[n % 8])) & 0xfu; };
+  Int4Prepacked p;
+  p.weights.assign(out * in / 2, 0);
+  p.scales.resize(out * groups);
+  p.zeros.resize(out * groups);
+  for (std::int64_t k = 0; k < in; ++k)
+    for (std::int64_t n = 0; n < out; ++n)
+      p.weights[n * (in / 2) + k / 2] |= static_cast<std::uint8_t>(nibble(qweight[k * words + n / 8], n) << (4 * (k % 2)));
+  for (std::int64_t g = 0; g < groups; ++g)
+    for (std::int64_t n = 0; n < out; ++n) {
+      p.scales[n * groups + g] = scales[g * out + n];
+      p.zeros[n * groups + g] = static_cast<std::uint8_t>(nibble(qzeros[g * words + n / 8], n));
+    }
+  return p;
+}
+
 void fp8_quantize_dequantize_row(const MoeSpec& s, float* row, std::int64_t cols, float static_scale) {
   MOEJIT_REQUIRE(quant_is_fp8(s.quant), "fp8_quantize_dequantize_row: quant {} is not w8a8", quant_name(s.quant));
   const std::int64_t group = s.quant == kQuantFp8Block ? kQuantFp8BlockSize : cols;

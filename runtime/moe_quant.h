@@ -75,6 +75,11 @@ struct Int4Prepacked {
 };
 Int4Prepacked prepack_gptq_int4(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
                                 std::int64_t in_features, std::int64_t out_features, int group, int zero_offset);
+// AWQ (GEMM layout) -> int4_group: qweight u32 [in, out / 8] and qzeros u32 [in / group, out / 8]
+// pack 8 output columns per word, nibble i holding column 8j + {0, 2, 4, 6, 1, 3, 5, 7}[i]; scales
+// 16-bit [in / group, out]; w = (q - zero) * scale. Same output layout and cost as the GPTQ one.
+Int4Prepacked prepack_awq_int4(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
+                               std::int64_t in_features, std::int64_t out_features, int group);
 
 // What the w8a8 kernels do to a row of activations before the e4m3 GEMM, dequantized again: per
 // 128 columns (fp8_block) or per row (fp8_channel) scale = max(amax, 1e-10) / 448, or the given

@@ -316,3 +316,33 @@ TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
                           {"hidden_size", 2048}, {"moe_intermediate_size", 768}};
   CHECK(ModelMoeConfig::from_json(plain).moe_spec().quant == kQuantNone);
 }
+
+TEST_CASE("quant: AWQ int4 checkpoints prepack into the int4_group layout") {
+  const std::int64_t in = 64, out = 24;
+  const int group = 32;
+  static const int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};  // AWQ: nibble i holds column 8j + kOrder[i]
+  std::vector<int> q(in * out), z(in / group * out);
+  std::uint32_t x = 777;
+  auto next = [&] { return x = x * 1664525u + 1013904223u; };
+  for (auto& v : q) v = int(next() >> 28);
+  for (auto& v : z) v = int(next() >> 28);
+  std::vector<std::uint32_t> qweight(in * out / 8, 0), qzeros(in / group * out / 8, 0);
+  for (std::int64_t k = 0; k < in; ++k)
+    for (std::int64_t j = 0; j < out / 8; ++j)
+      for (int i = 0; i < 8; ++i) qweight[k * (out / 8) + j] |= std::uint32_t(q[k * out + 8 * j + kOrder[i]]) << (4 * i);
+  for (std::int64_t g = 0; g < in / group; ++g)
+    for (std::int64_t j = 0; j < out / 8; ++j)
+      for (int i = 0; i < 8; ++i) qzeros[g * (out / 8) + j] |= std::uint32_t(z[g * out + 8 * j + kOrder[i]]) << (4 * i);
+  std::vector<std::uint16_t> scales(in / group * out);
+  for (auto& sc : scales) sc = float_to_f16_bits(0.02f + float(next() % 50) * 1e-3f);
+  const Int4Prepacked p = prepack_awq_int4(qweight.data(), scales.data(), qzeros.data(), in, out, group);
+  for (std::int64_t n = 0; n < out; ++n)
+    for (std::int64_t k = 0; k < in; ++k) {
+      INFO("n " << n << " k " << k);
+      CHECK(((p.weights[n * (in / 2) + k / 2] >> (4 * (k % 2))) & 15) == q[k * out + n]);
+      CHECK(p.zeros[n * (in / group) + k / group] == z[(k / group) * out + n]);
+      CHECK(p.scales[n * (in / group) + k / group] == scales[(k / group) * out + n]);
+    }
+  CHECK_THROWS_WITH_AS(prepack_awq_int4(qweight.data(), scales.data(), nullptr, in, out, group),
+                       doctest::Contains("zero points"), Error);
+}
