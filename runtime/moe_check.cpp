@@ -4,37 +4,24 @@
 #include <cmath>
 #include <numeric>
 #include <random>
-#include <thread>
 
 #include "common/error.h"
 #include "common/half_float.h"
+#include "common/host_parallel.h"
 #include "runtime/moe_quant.h"
 
 namespace moejit {
 
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // v[i] = round_to_dtype(scale * U(-1, 1)), reproducible from (seed, i) whatever the thread count.
 void fill_uniform(std::vector<float>& v, std::size_t count, std::uint64_t seed, double scale, int dtype) {
   v.resize(count);
-  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < threads; ++w)
-    pool.emplace_back([&, w] {
-      for (std::size_t i = w; i < count; i += threads) {
-        const double u = double(splitmix64(seed * 0x100000001b3ull + i) >> 11) * 0x1.0p-53 * 2.0 - 1.0;
-        const float f = static_cast<float>(scale * u);
-        v[i] = dtype < 0 ? f : half_bits_to_float(float_to_half_bits(f, dtype), dtype);
-      }
-    });
-  for (auto& t : pool) t.join();
+  parallel_for(static_cast<std::int64_t>(count), [&](std::int64_t i) {
+    const double u = double(splitmix64(seed * 0x100000001b3ull + std::uint64_t(i)) >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+    const float f = static_cast<float>(scale * u);
+    v[i] = dtype < 0 ? f : half_bits_to_float(float_to_half_bits(f, dtype), dtype);
+  });
 }
 
 std::vector<std::uint16_t> to_bits(const std::vector<float>& v, int dtype) {

@@ -4,10 +4,10 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <thread>
 
 #include "common/error.h"
 #include "common/half_float.h"
+#include "common/host_parallel.h"
 #include "jit/moe_names.h"
 #include "runtime/driver.h"
 
@@ -17,26 +17,9 @@ namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 // U(0, 1) from (seed, stream, index): reproducible whatever the thread count.
 double uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t i) {
-  return double(mix(mix(seed * 0x100000001b3ull + stream) ^ i) >> 11) * 0x1.0p-53;
-}
-
-template <class F>
-void parallel_for(std::int64_t count, F&& body) {
-  const unsigned threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < threads; ++w)
-    pool.emplace_back([&, w] {
-      for (std::int64_t i = w; i < count; i += threads) body(i);
-    });
-  for (auto& t : pool) t.join();
+  return double(splitmix64(splitmix64(seed * 0x100000001b3ull + stream) ^ i) >> 11) * 0x1.0p-53;
 }
 
 void put_f32(std::vector<std::uint8_t>& bytes, std::size_t index, float v) {

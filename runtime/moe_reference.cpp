@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
 #include "common/half_float.h"
+#include "common/host_parallel.h"
 #include "runtime/moe_quant.h"
 
 namespace moejit {
@@ -95,13 +95,7 @@ std::vector<double> reference_moe(const MoeSpec& s, const MoeHostTensors& t, con
       }
     }
   };
-  const unsigned threads = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), tokens.size()));
-  std::vector<std::thread> pool;
-  for (unsigned w = 0; w < threads; ++w)
-    pool.emplace_back([&, w] {
-      for (std::size_t i = w; i < tokens.size(); i += threads) one_token(i);
-    });
-  for (auto& th : pool) th.join();
+  parallel_for(static_cast<std::int64_t>(tokens.size()), [&](std::int64_t i) { one_token(std::size_t(i)); });
   return out;
 }
 
