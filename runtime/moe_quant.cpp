@@ -86,7 +86,7 @@ QuantTensorLayout quant_weight_layout(const MoeSpec& s, std::int64_t e, std::int
 
 std::size_t quant_expert_bytes(const MoeSpec& s, std::int64_t rows, std::int64_t cols) {
   const QuantTensorLayout l = quant_weight_layout(s, 1, rows, cols);
-  auto count = [](const std::vector<std::int64_t>& shape) {
+  auto count = [](const TensorShape& shape) {
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
     return static_cast<std::size_t>(n);

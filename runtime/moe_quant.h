@@ -18,10 +18,10 @@ namespace moejit {
 // What the kernels expect of one weight matrix W [E_local, rows, cols] (cols = the reduction dim).
 struct QuantTensorLayout {
   ScalarType weight_type;
-  std::vector<std::int64_t> weight_shape;  // [E_local, rows, stored columns]
+  TensorShape weight_shape;  // [E_local, rows, stored columns]
   bool has_scale = false;
   ScalarType scale_type = ScalarType::F32;
-  std::vector<std::int64_t> scale_shape;
+  TensorShape scale_shape;
   bool has_zero = false;                   // int4 zero points: U8, shaped as the scales
 };
 QuantTensorLayout quant_weight_layout(const MoeSpec& spec, std::int64_t experts, std::int64_t rows, std::int64_t cols);

@@ -2,8 +2,6 @@
 // strides, alignment and null pointers, and the workspace size. One clear Error(Validate) each.
 #include <fmt/format.h>
 
-#include <vector>
-
 #include "common/error.h"
 #include "runtime/moe_layer.h"
 #include "runtime/moe_quant.h"
@@ -37,7 +35,7 @@ std::size_t scalar_type_size(ScalarType t) {
   return 0;
 }
 
-TensorView TensorView::contiguous(CUdeviceptr data, ScalarType dtype, std::initializer_list<std::int64_t> shape) {
+TensorView TensorView::contiguous(CUdeviceptr data, ScalarType dtype, const TensorShape& shape) {
   MOEJIT_REQUIRE(shape.size() >= 1 && shape.size() <= std::size_t(kMaxRank), "tensor view: rank {} must be in [1, {}]",
                  shape.size(), kMaxRank);
   TensorView v;
@@ -81,7 +79,7 @@ MoeForwardArgs contiguous_moe_args(const MoeSpec& s, int m, const MoeDevicePoint
   const std::int64_t K = s.hidden, N = s.intermediate, R = s.w1_rows(), E = s.num_experts, EL = s.local_experts();
   const std::int64_t k = s.top_k;
   MoeForwardArgs a;
-  auto view = [](CUdeviceptr ptr, ScalarType type, std::initializer_list<std::int64_t> shape) {
+  auto view = [](CUdeviceptr ptr, ScalarType type, const TensorShape& shape) {
     return ptr ? TensorView::contiguous(ptr, type, shape) : TensorView{};
   };
   a.hidden = view(p.hidden, dt, {m, K});
@@ -93,21 +91,9 @@ MoeForwardArgs contiguous_moe_args(const MoeSpec& s, int m, const MoeDevicePoint
   auto weight_views = [&](CUdeviceptr w, CUdeviceptr scale, CUdeviceptr zero, std::int64_t rows, std::int64_t cols,
                           TensorView& wv, TensorView& sv, TensorView& zv) {
     const QuantTensorLayout l = quant_weight_layout(s, EL, rows, cols);
-    auto shaped = [](CUdeviceptr ptr, ScalarType type, const std::vector<std::int64_t>& shape) {
-      if (!ptr) return TensorView{};
-      TensorView v = TensorView::contiguous(ptr, type, {1});
-      v.rank = static_cast<int>(shape.size());
-      std::int64_t stride = 1;
-      for (int d = v.rank - 1; d >= 0; --d) {
-        v.shape[d] = shape[d];
-        v.strides[d] = stride;
-        stride *= shape[d];
-      }
-      return v;
-    };
-    wv = shaped(w, l.weight_type, l.weight_shape);
-    if (l.has_scale) sv = shaped(scale, l.scale_type, l.scale_shape);
-    if (l.has_zero) zv = shaped(zero, ScalarType::U8, l.scale_shape);
+    wv = view(w, l.weight_type, l.weight_shape);
+    if (l.has_scale) sv = view(scale, l.scale_type, l.scale_shape);
+    if (l.has_zero) zv = view(zero, ScalarType::U8, l.scale_shape);
   };
   weight_views(p.w1, p.w1_scale, p.w1_zero, R, K, a.w1, a.w1_scale, a.w1_zero);
   weight_views(p.w2, p.w2_scale, p.w2_zero, K, N, a.w2, a.w2_scale, a.w2_zero);
@@ -125,7 +111,7 @@ namespace {
 
 // Checks a tensor: given, dtype, exact shape (-1 = any), innermost stride 1, every other stride at
 // least the extent it spans (no overlap), byte alignment of the pointer and of the row strides.
-void check_tensor(const char* name, const TensorView& v, ScalarType dtype, const std::vector<std::int64_t>& shape,
+void check_tensor(const char* name, const TensorView& v, ScalarType dtype, const TensorShape& shape,
                   std::size_t align_bytes) {
   MOEJIT_REQUIRE(v.given(), "moe: {} is required but was not given", name);
   const std::string what = fmt::format("moe: {} {}", name, v.describe());

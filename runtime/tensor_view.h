@@ -4,6 +4,7 @@
 
 #include <cuda.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <initializer_list>
@@ -17,6 +18,23 @@ enum class ScalarType { BF16, F16, F32, I32, I8, U8, F8E4M3 };
 const char* scalar_type_name(ScalarType t);
 std::size_t scalar_type_size(ScalarType t);
 
+// A shape of rank <= 3 held by value: the layer checks shapes on every forward, without allocating.
+// A list longer than 3 keeps its rank (so TensorView::contiguous reports it) but only 3 extents.
+struct TensorShape {
+  std::array<std::int64_t, 3> dims{};
+  int rank = 0;
+  TensorShape() = default;
+  TensorShape(std::initializer_list<std::int64_t> extents) : rank(static_cast<int>(extents.size())) {
+    int i = 0;
+    for (auto e : extents)
+      if (i < 3) dims[i++] = e;
+  }
+  std::size_t size() const { return static_cast<std::size_t>(rank); }
+  std::int64_t operator[](int i) const { return dims[i]; }
+  const std::int64_t* begin() const { return dims.data(); }
+  const std::int64_t* end() const { return dims.data() + std::min(rank, 3); }
+};
+
 struct TensorView {
   static constexpr int kMaxRank = 3;
   CUdeviceptr data = 0;
@@ -27,7 +45,7 @@ struct TensorView {
 
   bool given() const { return rank > 0; }
   // Row-major contiguous view.
-  static TensorView contiguous(CUdeviceptr data, ScalarType dtype, std::initializer_list<std::int64_t> shape);
+  static TensorView contiguous(CUdeviceptr data, ScalarType dtype, const TensorShape& shape);
   // Same, with an explicit stride (elements) between rows of the first dimension (rank 2).
   static TensorView rows(CUdeviceptr data, ScalarType dtype, std::int64_t count, std::int64_t cols,
                          std::int64_t row_stride);
