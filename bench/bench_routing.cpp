@@ -52,7 +52,7 @@ void bench_routing(Runtime& rt, const Context& ctx, const std::vector<BenchShape
       const double floor_us = bytes / ctx.bandwidth * 1e6;
       const bool fused = tokens <= kRouterFusedTokens && config.num_experts <= kRouterFusedMaxLocalExperts;
       fmt::print("{:<18} {:>4} {:>5} {:>6} {:>10.2f} {:>10.3f} {:>7.1f}%  {}, graph replay x{}\n", shape.name, E, K,
-                 tokens, us, floor_us, 100.0 * floor_us / us, fused ? "1 fused launch" : "4 kernels + memset", inner);
+                 tokens, us, floor_us, 100.0 * floor_us / us, fused ? "1 launch" : "3 launches", inner);
       results.push_back({{"kernel", "routing"}, {"shape", shape.name}, {"E", E}, {"top_k", K}, {"M", tokens},
                          {"us", us}, {"floor_us", floor_us}, {"efficiency", floor_us / us}});
     }

@@ -85,7 +85,7 @@ FamilyInfo routing_topk_family() {
   f.doc = "router logits -> top-k expert ids and weights (softmax, sigmoid, grouped, biased)";
   f.params = {
       int_param("top_k", "TOPK", "experts per token", std::nullopt, 1, 32),
-      int_param("num_experts", "", "experts E (logits per token)", std::nullopt, 1, 1024),
+      int_param("num_experts", "NUM_EXPERTS", "experts E (logits per token)", std::nullopt, 1, 1024),
       derived_int("experts_per_lane", "EXPERTS_PER_LANE", "ceil(num_experts / 32)"),
       enum_param("scoring", "SCORING", "how logits become scores", "softmax",
                  {{"softmax", "moejit::kScoringSoftmax"},
@@ -111,11 +111,12 @@ FamilyInfo routing_fused_family() {
   FamilyInfo f = routing_topk_family();
   f.name = "routing_fused";
   f.header = "routing/routing_fused.cuh";
-  f.doc = "small batches: top-k + routing metadata in one CTA, one launch";
+  f.doc = "top-k fused with the routing metadata: one CTA for small batches (route), or top-k + count per CTA (topk_rank)";
   f.params.pop_back();  // no "warps": the CTA is 512 threads
   f.params.push_back(int_param("tokens", "TOKENS", "most tokens one launch handles", 32, 1, 256));
-  f.params.push_back(derived_int("padded", "PADDED", "bitonic sort width = next_pow2(tokens * top_k)"));
-  f.entries = {{"route", "moejit::routing_fused_kernel", "moejit::RoutingFusedArgs"}};
+  f.params.push_back(derived_int("padded", "PADDED", "key block width = next_pow2(tokens * top_k)"));
+  f.entries = {{"route", "moejit::routing_fused_kernel", "moejit::RoutingFusedArgs"},
+               {"topk_rank", "moejit::routing_topk_rank_kernel", "moejit::RoutingFusedArgs"}};
   f.derive = [](KernelSpec& s) {
     derive_topk_selection(s, "routing_fused");
     const std::int64_t keys = s.get_int("tokens") * s.get_int("top_k");
@@ -128,8 +129,9 @@ FamilyInfo routing_fused_family() {
   return f;
 }
 
-// routing_sort: keys per CTA = tokens_per_cta * top_k; bitonic width = next power of two.
-constexpr std::int64_t kMaxRoutingKeysPerCta = 8192;
+// routing_sort: keys per CTA = tokens_per_cta * top_k; key block width = next power of two. Ranks
+// and chunk counts are 16-bit and the chunk table is [padded / 32][E_local]: at most 1024 keys.
+constexpr std::int64_t kMaxRoutingKeysPerCta = 1024;
 
 FamilyInfo routing_sort_family() {
   FamilyInfo f;
@@ -139,7 +141,7 @@ FamilyInfo routing_sort_family() {
   f.params = {
       int_param("top_k", "TOPK", "experts per token", std::nullopt, 1, 32),
       int_param("tokens_per_cta", "TOKENS_PER_CTA", "tokens whose keys one CTA sorts", 32, 1, 4096),
-      derived_int("padded", "PADDED", "bitonic sort width = next_pow2(tokens_per_cta * top_k)"),
+      derived_int("padded", "PADDED", "key block width = next_pow2(tokens_per_cta * top_k)"),
       derived_int("threads", "THREADS", "threads per CTA of the count and scatter kernels"),
   };
   f.entries = {
@@ -155,7 +157,7 @@ FamilyInfo routing_sort_family() {
                               kMaxRoutingKeysPerCta));
     const std::int64_t padded = next_pow2(block);
     s.params["padded"] = padded;
-    // Half as many threads as keys: each thread owns one compare-exchange per bitonic step.
+    // Half as many threads as keys: each warp ranks two chunks of 32 keys.
     s.params["threads"] = std::clamp<std::int64_t>(padded / 2, 32, 512);
   };
   return f;

@@ -144,7 +144,7 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
 std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_tokens, const std::string& arch) {
   const RouterConfig router = layer_router_config(spec);
   std::vector<KernelSpec> out = {
-      routing_topk_spec(router, arch), routing_fused_spec(router, arch),
+      routing_fused_spec(router, arch),
       RoutingSorter::spec_for({.num_experts = router.num_experts, .top_k = router.top_k}, arch)};
   for (const auto& config : heuristic_tile_configs(spec, max_tokens))
     for (auto& s : moe_expert_kernel_specs(spec, config, arch))

@@ -45,6 +45,10 @@ Router::Router(Runtime& runtime, RouterConfig c)
                         .num_local_experts = c.num_local_experts, .min_block_m = c.min_block_m}) {
   MOEJIT_REQUIRE(std::isfinite(c.routed_scaling_factor), "routing: routed_scaling_factor must be finite");
   topk_spec("sm_80");  // validates grouping, top_k against the selectable experts, ...
+  fused_padded_ = static_cast<int>(fused_spec("sm_80").get_int("padded"));
+  MOEJIT_REQUIRE(sorter_.config().tokens_per_cta == kRouterFusedTokens,
+                 "routing: the sorter's tokens_per_cta ({}) must match the fused kernels' ({})",
+                 sorter_.config().tokens_per_cta, kRouterFusedTokens);
 }
 
 KernelSpec routing_topk_spec(const RouterConfig& c, const std::string& arch) {
@@ -86,7 +90,6 @@ RoutingResult Router::carve(CUdeviceptr workspace, int max_tokens) const {
 }
 
 void Router::prepare() {
-  if (!topk_module_) topk_module_ = runtime_.load(topk_spec(runtime_.device_arch()));
   if (!fused_module_) fused_module_ = runtime_.load(fused_spec(runtime_.device_arch()));
   sorter_.prepare();
 }
@@ -103,31 +106,32 @@ void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CU
   MOEJIT_REQUIRE(correction_bias % 4 == 0, "routing: correction_bias must be 4-byte aligned");
   MOEJIT_REQUIRE(out.topk_ids != nullptr && out.topk_weights != nullptr, "routing: result was not carved");
   prepare();
-  RoutingTopkArgs a{};
-  a.logits = reinterpret_cast<const void*>(logits);
-  a.row_stride = row_stride;
-  a.correction_bias = reinterpret_cast<const float*>(correction_bias);
-  a.num_tokens = num_tokens;
-  a.num_experts = config_.num_experts;
-  a.routed_scaling_factor = config_.routed_scaling_factor;
-  a.topk_ids = out.topk_ids;
-  a.topk_weights = out.topk_weights;
+  RoutingFusedArgs f{};
+  f.topk.logits = reinterpret_cast<const void*>(logits);
+  f.topk.row_stride = row_stride;
+  f.topk.correction_bias = reinterpret_cast<const float*>(correction_bias);
+  f.topk.num_tokens = num_tokens;
+  f.topk.num_experts = config_.num_experts;
+  f.topk.routed_scaling_factor = config_.routed_scaling_factor;
+  f.topk.topk_ids = out.topk_ids;
+  f.topk.topk_weights = out.topk_weights;
+  f.sort = sorter_.make_args(reinterpret_cast<CUdeviceptr>(out.topk_ids), expert_map, num_tokens, max_tokens, out.sort,
+                             block_m);
   const int local_experts = sorter_.config().num_local_experts;  // resolved: never -1
+  constexpr unsigned kThreads = kRoutingFusedThreads;
+  const int padded = fused_padded_;
   if (num_tokens > 0 && num_tokens <= kRouterFusedTokens && local_experts <= kRouterFusedMaxLocalExperts) {
-    RoutingFusedArgs f{a, sorter_.make_args(reinterpret_cast<CUdeviceptr>(out.topk_ids), expert_map, num_tokens,
-                                            max_tokens, out.sort, block_m)};
     f.sort.num_ctas = 1;
-    constexpr unsigned kThreads = 512;  // routing_fused_kernel's CTA
-    const unsigned smem = routing_scan_smem_bytes(kThreads, local_experts);
-    fused_module_->kernel("route").launch(stream, {1, 1, 1, kThreads, 1, 1, smem}, f);
+    fused_module_->kernel("route").launch(stream, {1, 1, 1, kThreads, 1, 1, routing_fused_smem_bytes(padded, local_experts)},
+                                          f);
     return;
   }
-  if (num_tokens > 0) {
-    const unsigned warps = 4;  // the spec's derived "warps"
-    topk_module_->kernel("topk").launch(stream, {unsigned((num_tokens + warps - 1) / warps), 1, 1, warps * 32, 1, 1, 0}, a);
-  }
-  sorter_.run(stream, reinterpret_cast<CUdeviceptr>(out.topk_ids), expert_map, num_tokens, max_tokens, out.sort,
-              block_m);
+  // top-k + count per CTA of kRouterFusedTokens tokens (the sorter's tokens_per_cta), then the
+  // sorter's scan and scatter.
+  if (f.sort.num_ctas > 0)
+    fused_module_->kernel("topk_rank").launch(
+        stream, {unsigned(f.sort.num_ctas), 1, 1, kThreads, 1, 1, routing_rank_smem_bytes(padded, local_experts)}, f);
+  sorter_.finish(stream, f.sort);
 }
 
 TopkReference reference_routing_topk(const std::vector<double>& logits, int num_tokens, const RouterConfig& c,

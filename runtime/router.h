@@ -1,7 +1,8 @@
-// Router: the whole routing on the device — top-k selection from router logits (routing_topk), then
-// the metadata the expert GEMMs consume (routing_sort). One workspace, no allocation, no host
-// synchronization: route() can be captured into a CUDA graph. The modular entry (caller-given
-// topk ids) is sorter().run().
+// Router: the whole routing on the device — top-k selection from router logits, then the metadata
+// the expert GEMMs consume — in one launch for small batches (routing_fused "route") and three for
+// larger ones (routing_fused "topk_rank", then routing_sort's scan and scatter). One workspace, no
+// allocation, no host synchronization: route() can be captured into a CUDA graph. The modular entry
+// (caller-given topk ids) is sorter().run().
 #pragma once
 
 #include <cuda.h>
@@ -35,10 +36,11 @@ struct RouterConfig {
 
 // The routing_topk spec a router configuration needs on `arch` (complete; throws Error(Validate)).
 KernelSpec routing_topk_spec(const RouterConfig& config, const std::string& arch);
-// The fused small-batch routing (top-k + metadata in one launch) for up to kRouterFusedTokens tokens.
+// The fused routing kernels: top-k + metadata in one launch for up to kRouterFusedTokens tokens, or
+// top-k + count for kRouterFusedTokens tokens per CTA (= the sorter's tokens_per_cta).
 KernelSpec routing_fused_spec(const RouterConfig& config, const std::string& arch);
 constexpr int kRouterFusedTokens = 32;
-constexpr int kRouterFusedMaxLocalExperts = 512;  // the fused kernel's 512 threads scan one expert each
+constexpr int kRouterFusedMaxLocalExperts = kRoutingFusedThreads;  // the one-CTA kernel's block scan over experts
 
 struct RoutingResult {
   int* topk_ids = nullptr;        // [max_tokens, top_k]
@@ -61,8 +63,8 @@ class Router {
 
   // logits: [num_tokens, row_stride] of config.logit_type; correction_bias: [E] fp32 or 0;
   // expert_map: [E] int32 or 0. M = 0 is a valid no-op that still writes zero totals. Up to
-  // kRouterFusedTokens tokens (and at most kRouterFusedMaxLocalExperts local experts) take one fused
-  // launch; more take top-k, then the three sort kernels.
+  // kRouterFusedTokens tokens (and at most kRouterFusedMaxLocalExperts local experts) take one
+  // launch; more take three.
   void route(CUstream stream, CUdeviceptr logits, long long row_stride, CUdeviceptr correction_bias,
              CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m = 0);
 
@@ -70,8 +72,8 @@ class Router {
   Runtime& runtime_;
   RouterConfig config_;
   RoutingSorter sorter_;
-  std::shared_ptr<const Module> topk_module_;
   std::shared_ptr<const Module> fused_module_;
+  int fused_padded_ = 0;  // the fused kernels' key block width
 };
 
 // fp64 CPU reference of the top-k selection. logits: [num_tokens, num_experts]; bias empty = none.

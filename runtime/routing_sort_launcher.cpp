@@ -7,7 +7,6 @@ namespace moejit {
 
 namespace {
 constexpr std::size_t kAlign = 256;
-constexpr int kScanThreads = 1024;  // routing_sort_detail::kScanThreads
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
 }  // namespace
@@ -26,7 +25,9 @@ RoutingSorter::RoutingSorter(Runtime& runtime, RoutingSortConfig c) : runtime_(r
                  "routing: num_local_experts = {} must be in [1, num_experts = {}]", config_.num_local_experts,
                  c.num_experts);
   // Completing the spec checks tokens_per_cta * top_k against the family's limits.
-  threads_ = static_cast<int>(spec("sm_80").get_int("threads"));
+  const KernelSpec s = spec("sm_80");
+  threads_ = static_cast<int>(s.get_int("threads"));
+  padded_ = static_cast<int>(s.get_int("padded"));
 }
 
 KernelSpec RoutingSorter::spec_for(const RoutingSortConfig& c, const std::string& arch) {
@@ -66,6 +67,8 @@ RoutingSortBuffers RoutingSorter::layout(CUdeviceptr workspace, int max_tokens, 
   take(b.tile_expert, max_tiles(max_tokens));
   take(b.tile_rows, max_tiles(max_tokens));
   take(b.totals, 3);
+  take(b.cta_flags, ctas);
+  take(b.scan_ticket, 1);
   take(b.error_flags, 1);
   if (total_bytes) *total_bytes = offset;
   return b;
@@ -117,6 +120,8 @@ RoutingSortArgs RoutingSorter::make_args(CUdeviceptr topk_ids, CUdeviceptr exper
   a.tile_expert = b.tile_expert;
   a.tile_rows = b.tile_rows;
   a.totals = b.totals;
+  a.cta_flags = b.cta_flags;
+  a.scan_ticket = b.scan_ticket;
   a.error_flags = b.error_flags;
   return a;
 }
@@ -125,16 +130,23 @@ void RoutingSorter::run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr exper
                         int max_tokens, const RoutingSortBuffers& b, int block_m) {
   const RoutingSortArgs a = make_args(topk_ids, expert_map, num_tokens, max_tokens, b, block_m);
   prepare();
-  const unsigned threads = static_cast<unsigned>(threads_);
-  const unsigned e_bytes = static_cast<unsigned>(config_.num_local_experts * sizeof(int));
-  auto& api = runtime_.driver();
-  MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(b.error_flags), 0, 1, stream));
-  if (a.num_ctas > 0)
-    module_->kernel("count").launch(stream, {unsigned(a.num_ctas), 1, 1, threads, 1, 1, e_bytes}, a);
-  const unsigned scan_bytes = routing_scan_smem_bytes(kScanThreads, config_.num_local_experts);
-  module_->kernel("scan").launch(stream, {1, 1, 1, kScanThreads, 1, 1, scan_bytes}, a);
-  if (a.num_ctas > 0)
-    module_->kernel("scatter").launch(stream, {unsigned(a.num_ctas), 1, 1, threads, 1, 1, e_bytes}, a);
+  if (a.num_ctas > 0) {
+    const unsigned smem = routing_rank_smem_bytes(padded_, config_.num_local_experts);
+    module_->kernel("count").launch(stream, {unsigned(a.num_ctas), 1, 1, unsigned(threads_), 1, 1, smem}, a);
+  }
+  finish(stream, a);
+}
+
+void RoutingSorter::finish(CUstream stream, const RoutingSortArgs& a) {
+  prepare();
+  const unsigned scan_bytes = routing_scan_smem_bytes(kRoutingScanThreads, config_.num_local_experts);
+  const unsigned scan_ctas = static_cast<unsigned>(routing_scan_ctas(config_.num_local_experts, a.num_ctas));
+  module_->kernel("scan").launch(stream, {scan_ctas, 1, 1, kRoutingScanThreads, 1, 1, scan_bytes}, a);
+  const long long keys = static_cast<long long>(a.num_tokens) * config_.top_k;
+  if (keys > 0)
+    module_->kernel("scatter").launch(
+        stream, {unsigned((keys + kRoutingScatterThreads - 1) / kRoutingScatterThreads), 1, 1, kRoutingScatterThreads, 1, 1, 0},
+        a);
 }
 
 RoutingSortReference RoutingSorter::download(const RoutingSortBuffers& b, int num_tokens) const {

@@ -37,15 +37,10 @@ struct RoutingSortBuffers {
   int* tile_expert = nullptr;
   int* tile_rows = nullptr;
   int* totals = nullptr;       // [3] routed rows, padded rows, tiles
+  int* cta_flags = nullptr;    // [count CTAs] workspace: each CTA's error bits
+  int* scan_ticket = nullptr;  // [1] workspace: scan CTAs done
   int* error_flags = nullptr;  // [1] RoutingErrorFlags
 };
-
-// Dynamic shared memory of routing_sort's scan stage run by `threads` threads over `local_experts`
-// experts: chunk sums and bases (2 * threads ints), tile offsets (E + 1), block-scan scratch (33).
-// The three-kernel path and the fused small-batch kernel both size their launch with it.
-constexpr unsigned routing_scan_smem_bytes(unsigned threads, unsigned local_experts) {
-  return (2 * threads + local_experts + 1 + 33) * 4;
-}
 
 class RoutingSorter {
  public:
@@ -73,15 +68,19 @@ class RoutingSorter {
   void run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr expert_map, int num_tokens, int max_tokens,
            const RoutingSortBuffers& buffers, int block_m = 0);
   // The kernels' arguments for such a run, validated (run() launches with these; the fused
-  // small-batch routing embeds them).
+  // routing kernels embed them).
   RoutingSortArgs make_args(CUdeviceptr topk_ids, CUdeviceptr expert_map, int num_tokens, int max_tokens,
                             const RoutingSortBuffers& buffers, int block_m) const;
+  // The scan and scatter stages, after a count stage (run()'s own, or routing_fused's topk_rank
+  // with the same tokens_per_cta) left per-CTA counts and ranks in the workspace.
+  void finish(CUstream stream, const RoutingSortArgs& args);
 
  private:
   RoutingSortBuffers layout(CUdeviceptr workspace, int max_tokens, std::size_t* total_bytes) const;
 
   Runtime& runtime_;
-  int threads_ = 0;
+  int threads_ = 0;  // count kernel's CTA
+  int padded_ = 0;   // its key block width
   RoutingSortConfig config_;
   std::shared_ptr<const Module> module_;
 };

@@ -1,8 +1,13 @@
-// routing_fused: the whole routing of a small batch (num_tokens <= TOKENS, E_local <= 512) in one
-// CTA of 512 threads (1024 would cap registers at 64 and spill) and one launch — top-k (one warp per token), then count, scan and scatter of
-// routing_sort over the single CTA's TOKENS * TOPK keys (bitonic width PADDED = next_pow2 of that).
-// Five launches (memset + 4 kernels) cost ~15 us at M = 1 on an H200 whatever the work; this path
-// is one. Global writes are ordered for the next stage by __syncthreads (same CTA).
+// routing_fused: top-k (routing_topk.cuh) fused with routing_sort's count stage, in two kernels.
+//   route      small batches (num_tokens <= TOKENS, E_local <= 1024): the whole routing in one CTA
+//              and one launch. Keys, ranks and counts never leave shared memory; the only global
+//              reads are the logits (and bias / expert_map). An earlier version re-read its own
+//              global writes between stages and sorted with a bitonic network: ~12 us for one
+//              DeepSeek-V3 token on an H200, ~2 us of it global round trips.
+//   topk_rank  large batches: CTA c takes tokens [c*TOKENS, (c+1)*TOKENS), picks their experts and
+//              ranks the keys like routing_sort's count kernel (same workspace, same TOKENS_PER_CTA),
+//              so routing_sort's scan and scatter finish the job: three launches in all.
+// CTAs of kRoutingFusedThreads threads; one warp per token.
 #pragma once
 
 #include "routing/routing_fused_args.cuh"
@@ -10,25 +15,83 @@
 #include "routing/routing_topk.cuh"
 
 namespace moejit {
+namespace routing_fused_detail {
 
-template <int TOPK, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
+constexpr int kThreads = kRoutingFusedThreads;
+
+// Top-k of the CTA's tokens, then their keys (local experts; -1 for the masked tail and dropped
+// experts) in keys[PADDED]. Ends with the barrier that makes keys visible.
+template <int TOPK, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
           int LOGIT_DTYPE, int TOKENS, int PADDED>
-__global__ void __launch_bounds__(512) routing_fused_kernel(const RoutingFusedArgs args) {
-  constexpr int kThreads = 512;  // the host sends only E_local <= kThreads here (the scan's rule)
-  static_assert(PADDED <= 2 * kThreads, "one compare-exchange per thread per bitonic step");
-  extern __shared__ int smem[];  // scan: 2 * kThreads + E_local + 34 ints; count / scatter use less
-  const RoutingSortArgs& s = args.sort;
-  if (threadIdx.x == 0) *s.error_flags = 0;
+__device__ inline void select_keys(const RoutingFusedArgs& args, int cta, int* keys, int* flags) {
   const int lane = threadIdx.x & 31;
-  for (int token = threadIdx.x >> 5; token < args.topk.num_tokens; token += kThreads / 32)
-    routing_topk_detail::topk_one_token<TOPK, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP,
-                                        LOGIT_DTYPE>(args.topk, token, lane);
-  __syncthreads();  // ids visible to the whole CTA; error flag cleared before anyone sets it
-  routing_sort_detail::count_cta<TOPK, TOKENS, PADDED, kThreads>(s, 0, smem);
+  const int first_token = cta * TOKENS;
+  const int tokens = min(TOKENS, args.topk.num_tokens - first_token);
+  for (int i = tokens * TOPK + threadIdx.x; i < PADDED; i += kThreads) keys[i] = -1;
+  for (int t = threadIdx.x >> 5; t < tokens; t += kThreads / 32) {
+    const int id = routing_topk_detail::topk_one_token<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP,
+                                                       TOPK_GROUP, LOGIT_DTYPE>(args.topk, first_token + t, lane);
+    if (lane < TOPK) keys[t * TOPK + lane] = routing_sort_detail::local_expert(args.sort, id, flags);
+  }
   __syncthreads();
-  routing_sort_detail::scan_all<kThreads>(s, smem);
+}
+
+}  // namespace routing_fused_detail
+
+template <int TOPK, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
+          int LOGIT_DTYPE, int TOKENS, int PADDED>
+__global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_fused_kernel(const RoutingFusedArgs args) {
+  constexpr int kThreads = routing_fused_detail::kThreads;
+  static_assert(routing_sort_detail::Shape<TOPK, TOKENS, PADDED>::BLOCK > 0, "shape checks");
+  __shared__ int keys[PADDED];
+  __shared__ int rank[PADDED];
+  __shared__ int scratch[34];  // block-scan scratch (33) + error flags
+  extern __shared__ int smem[];  // routing_fused_smem_bytes(PADDED, E_local)
+  const RoutingSortArgs& s = args.sort;
+  const int E = s.num_local_experts;  // <= kThreads (the block scan over experts); the host checks
+  int* expert_total = smem;                  // [E]
+  int* tile_offsets = smem + E;              // [E + 1]
+  unsigned short* table = reinterpret_cast<unsigned short*>(smem + 2 * E + 1);
+  int* flags = scratch + 33;
+  if (threadIdx.x == 0) *flags = 0;
   __syncthreads();
-  routing_sort_detail::scatter_cta<TOPK, TOKENS, PADDED, kThreads>(s, 0, smem);
+  routing_fused_detail::select_keys<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE,
+                                    TOKENS, PADDED>(args, 0, keys, flags);
+  routing_sort_detail::rank_cta<PADDED, kThreads>(keys, rank, table, expert_total, E);
+  routing_sort_detail::write_offsets_and_tiles<kThreads>(s, expert_total, tile_offsets, scratch);
+  // Rows straight from shared memory: padded offset (tile offset * block_m) + rank.
+  const int total = s.num_tokens * TOPK;
+  for (int i = threadIdx.x; i < total; i += kThreads) {
+    const int e = keys[i];
+    if (e < 0) {
+      s.scatter_index[i] = -1;  // dropped: not on this rank, contributes zero
+      continue;
+    }
+    const int row = tile_offsets[e] * s.block_m + rank[i];
+    s.gather_index[row] = i;
+    s.scatter_index[i] = row;
+  }
+  if (threadIdx.x == 0) *s.error_flags = *flags;
+}
+
+template <int TOPK, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
+          int LOGIT_DTYPE, int TOKENS, int PADDED>
+__global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_topk_rank_kernel(const RoutingFusedArgs args) {
+  constexpr int kThreads = routing_fused_detail::kThreads;
+  static_assert(routing_sort_detail::Shape<TOPK, TOKENS, PADDED>::BLOCK > 0, "shape checks");
+  __shared__ int keys[PADDED];
+  __shared__ int rank[PADDED];
+  __shared__ int flags;
+  extern __shared__ int smem[];  // routing_rank_smem_bytes(PADDED, E_local)
+  const int E = args.sort.num_local_experts;
+  int* expert_total = smem;
+  unsigned short* table = reinterpret_cast<unsigned short*>(smem + E);
+  if (threadIdx.x == 0) flags = 0;
+  __syncthreads();
+  routing_fused_detail::select_keys<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE,
+                                    TOKENS, PADDED>(args, blockIdx.x, keys, &flags);
+  routing_sort_detail::rank_cta<PADDED, kThreads>(keys, rank, table, expert_total, E);
+  routing_sort_detail::publish_cta<TOPK, TOKENS, kThreads>(args.sort, blockIdx.x, keys, rank, expert_total, flags);
 }
 
 }  // namespace moejit

@@ -1,128 +1,139 @@
 // routing_sort: topk ids -> per-expert counts, offsets, a gather index sorted by expert (stable by
 // token*TOPK+slot), its inverse (scatter index) and a tile map padded to block_m rows per expert.
 //
-// Three kernels, no host synchronization between them (CUDA-graph capturable):
-//   count   grid = num_ctas: per-CTA histogram of TOKENS_PER_CTA*TOPK keys        -> cta_counts
-//   scan    grid = 1:       per-expert prefix over CTAs, prefix over experts, tiles -> offsets, tiles
-//   scatter grid = num_ctas: block-wide sort of the CTA's keys, rank inside expert  -> gather/scatter
-// Each CTA owns BLOCK = TOKENS_PER_CTA*TOPK consecutive keys and sorts them with a bitonic network of
-// width PADDED = next_pow2(BLOCK); keys at positions >= BLOCK are masked and sort last. PADDED is
-// computed by the host, so any TOPK (3, 5, 6, 7, ...) works by construction.
+// Three kernels, no host synchronization and no memset between them (CUDA-graph capturable):
+//   count   grid = num_ctas: ranks the CTA's TOKENS_PER_CTA*TOPK keys inside their expert     -> cta_counts,
+//           (local expert, rank) per key parked in scatter_index, error bits in cta_flags
+//   scan    grid = E / 32:  per-expert prefix over CTAs; the last scan CTA: prefix over experts, tiles, flags
+//   scatter element-wise:   row = padded offset + CTA's base + rank                        -> gather/scatter
+// Each CTA owns BLOCK = TOKENS_PER_CTA*TOPK consecutive keys in a key block of width
+// PADDED = next_pow2(BLOCK) (computed by the host, so any TOPK — 3, 5, 6, 7, ... — works by
+// construction); keys at positions >= BLOCK are masked. A warp ranks each chunk of 32 keys with
+// match.any (stable: a key's rank counts the equal keys of lower lanes), and a [chunks][E_local]
+// table of chunk counts gives every chunk its base. This replaced a block-wide bitonic sort whose
+// 36 barrier steps (PADDED = 256) and global round trips dominated small batches.
+// The fused routing kernels (routing_fused.cuh) run the same stages after their top-k.
 #pragma once
 
-#include "common/bitonic_sort.cuh"
 #include "common/block_scan.cuh"
 #include "routing/routing_sort_args.cuh"
 
 namespace moejit {
 namespace routing_sort_detail {
 
-// Enumerators, not constexpr variables: namespace-scope variables are emitted into the module under
-// names NVRTC derives per compile, which would make identical sources give different cubins.
-enum : unsigned int {
-  kPosBits = 13,                    // position inside a CTA's keys: < 8192
-  kPosMask = (1u << kPosBits) - 1,
-  kMaskedKey = 0xffffffffu,         // tail and dropped keys: expert field >= E_local
-  kScanThreads = 1024,
-};
-
 template <int TOPK, int TOKENS_PER_CTA, int PADDED>
 struct Shape {
-  enum : int { BLOCK = TOPK * TOKENS_PER_CTA };  // keys per CTA
+  enum : int { BLOCK = TOPK * TOKENS_PER_CTA, CHUNKS = routing_rank_chunks(PADDED) };  // keys per CTA
   static_assert(TOPK >= 1 && TOKENS_PER_CTA >= 1, "TOPK and TOKENS_PER_CTA must be positive");
   static_assert((PADDED & (PADDED - 1)) == 0, "PADDED must be a power of two");
   static_assert(PADDED >= BLOCK && PADDED < 2 * BLOCK + 1, "PADDED must be next_pow2(BLOCK)");
-  static_assert(PADDED <= (1 << kPosBits), "too many keys per CTA for the key encoding");
+  static_assert(PADDED <= 1024, "ranks and chunk counts are 16-bit; at most 1024 keys per CTA");
 };
 
-// Global expert id -> local id, or -1 when the expert is not local (dropped). Invalid input is
-// flagged for the host and dropped: never an out-of-bounds access.
-__device__ inline int local_expert(const RoutingSortArgs& a, int id) {
+// Global expert id -> local id, or -1 when the expert is not local (dropped). Invalid input sets a
+// bit in *flags (shared memory) and is dropped: never an out-of-bounds access.
+__device__ inline int local_expert(const RoutingSortArgs& a, int id, int* flags) {
   if (id < 0 || id >= a.num_experts) {
-    atomicOr(a.error_flags, kRoutingBadExpertId);
+    atomicOr(flags, kRoutingBadExpertId);
     return -1;
   }
   if (a.expert_map == nullptr) return id;
   const int local = a.expert_map[id];
   if (local < -1 || local >= a.num_local_experts) {
-    atomicOr(a.error_flags, kRoutingBadExpertMap);
+    atomicOr(flags, kRoutingBadExpertMap);
     return -1;
   }
   return local;
 }
 
-}  // namespace routing_sort_detail
-
-// The three stages as device functions over one CTA's share (`cta`), so that the fused small-batch
-// kernel (routing_fused.cuh) runs them back to back in one CTA; the kernels below wrap them.
-namespace routing_sort_detail {
-
-template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
-__device__ inline void count_cta(const RoutingSortArgs& a, int cta, int* hist /* [E_local] shared */) {
-  using S = Shape<TOPK, TOKENS_PER_CTA, PADDED>;
-  for (int e = threadIdx.x; e < a.num_local_experts; e += THREADS) hist[e] = 0;
-  __syncthreads();
-  const long long base = static_cast<long long>(cta) * S::BLOCK;
-  const long long total = static_cast<long long>(a.num_tokens) * TOPK;
-  for (int i = threadIdx.x; i < S::BLOCK; i += THREADS) {
-    if (base + i >= total) break;
-    const int e = local_expert(a, a.topk_ids[base + i]);
-    if (e >= 0) atomicAdd(&hist[e], 1);  // counts only: order does not matter here
-  }
-  __syncthreads();
-  int* row = a.cta_counts + static_cast<long long>(cta) * a.num_local_experts;
-  for (int e = threadIdx.x; e < a.num_local_experts; e += THREADS) row[e] = hist[e];
-}
-
-// One CTA of kThreads threads (>= E). Thread t works on expert t % E over chunk t / E of the CTA
-// rows, so loads of one row are coalesced across consecutive threads. Shared memory:
-// 2 * kThreads + E + 34 ints.
-template <int kThreads>
-__device__ inline void scan_all(const RoutingSortArgs& a, int* smem) {
-  int* chunk_sum = smem;                      // [chunks * E]
-  int* chunk_base = smem + kThreads;          // [chunks * E]
-  int* tile_offsets = smem + 2 * kThreads;    // [E + 1] first tile of each expert
-  int* scan_scratch = tile_offsets + a.num_local_experts + 1;  // [33]
-
-  const int E = a.num_local_experts;
-  const int chunks = kThreads / E;  // >= 1: the host keeps E <= kThreads
-  const int tid = threadIdx.x;
-  const int e = tid % E;
-  const int chunk = tid / E;
-  const bool worker = chunk < chunks;
-  const int per_chunk = (a.num_ctas + chunks - 1) / chunks;
-  const int cta_begin = worker ? min(a.num_ctas, chunk * per_chunk) : 0;
-  const int cta_end = worker ? min(a.num_ctas, cta_begin + per_chunk) : 0;
-
-  // 1. Sum of each (expert, chunk).
-  int sum = 0;
-  for (int c = cta_begin; c < cta_end; ++c) sum += a.cta_counts[static_cast<long long>(c) * E + e];
-  if (worker) chunk_sum[chunk * E + e] = sum;
-  __syncthreads();
-  // 2. Exclusive prefix over chunks, per expert (E threads, at most 1024 / E chunks each).
-  int expert_total = 0;
-  if (tid < E) {
-    for (int c = 0; c < chunks; ++c) {
-      chunk_base[c * E + tid] = expert_total;
-      expert_total += chunk_sum[c * E + tid];
+// Stable rank of every key of a CTA inside its expert, and the CTA's count per expert.
+// keys[PADDED]: local expert, or -1 (masked tail, dropped). Writes rank[i] for every key >= 0 and
+// expert_total[E_local]; `table` is [CHUNKS][E_local] 16-bit scratch. All THREADS threads call it;
+// it begins and ends with a barrier.
+template <int PADDED, int THREADS>
+__device__ inline void rank_cta(const int* keys, int* rank, unsigned short* table, int* expert_total, int E) {
+  constexpr int CHUNKS = routing_rank_chunks(PADDED);
+  constexpr int WARPS = THREADS / 32;
+  static_assert(THREADS % 32 == 0, "whole warps");
+  unsigned int* words = reinterpret_cast<unsigned int*>(table);
+  for (int i = threadIdx.x; i < (CHUNKS * E + 1) / 2; i += THREADS) words[i] = 0;
+  __syncthreads();  // table zeroed; keys written by the caller visible
+  const int lane = threadIdx.x & 31;
+  for (int c = threadIdx.x >> 5; c < CHUNKS; c += WARPS) {
+    const int i = c * 32 + lane;
+    const int e = i < PADDED ? keys[i] : -1;
+    const unsigned int peers = __match_any_sync(0xffffffffu, e);
+    const int r = __popc(peers & ((1u << lane) - 1u));
+    if (e >= 0) {
+      rank[i] = r;
+      if (r == 0) table[c * E + e] = static_cast<unsigned short>(__popc(peers));
     }
   }
   __syncthreads();
-  // 3. Rewrite cta_counts in place as each CTA's first row inside its expert.
-  int running = worker ? chunk_base[chunk * E + e] : 0;
-  for (int c = cta_begin; c < cta_end; ++c) {
-    int* cell = a.cta_counts + static_cast<long long>(c) * E + e;
-    const int count = *cell;
-    *cell = running;
-    running += count;
+  for (int e = threadIdx.x; e < E; e += THREADS) {  // chunk counts -> each chunk's base per expert
+    int running = 0;
+#pragma unroll 4
+    for (int c = 0; c < CHUNKS; ++c) {
+      const int count = table[c * E + e];
+      table[c * E + e] = static_cast<unsigned short>(running);
+      running += count;
+    }
+    expert_total[e] = running;
   }
-  // 4. Prefix over experts: unpadded offsets, padded offsets and tiles.
-  const int count = tid < E ? expert_total : 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < PADDED; i += THREADS) {
+    const int e = keys[i];
+    if (e >= 0) rank[i] += table[(i >> 5) * E + e];
+  }
+  __syncthreads();
+}
+
+// Count stage of one CTA of a multi-CTA run (after rank_cta): the CTA's count per expert, each
+// key's (expert, rank) parked in scatter_index for the scatter stage (-1 when dropped), and the
+// CTA's error bits.
+template <int TOPK, int TOKENS_PER_CTA, int THREADS>
+__device__ inline void publish_cta(const RoutingSortArgs& a, int cta, const int* keys, const int* rank,
+                                   const int* expert_total, int flags) {
+  constexpr int BLOCK = TOPK * TOKENS_PER_CTA;
+  const int E = a.num_local_experts;
+  int* row = a.cta_counts + static_cast<long long>(cta) * E;
+  for (int e = threadIdx.x; e < E; e += THREADS) row[e] = expert_total[e];
+  const long long base = static_cast<long long>(cta) * BLOCK;
+  const long long total = static_cast<long long>(a.num_tokens) * TOPK;
+  for (int i = threadIdx.x; i < BLOCK && base + i < total; i += THREADS)
+    a.scatter_index[base + i] = keys[i] >= 0 ? (keys[i] << kRoutingRankBits) | rank[i] : -1;
+  if (threadIdx.x == 0) a.cta_flags[cta] = flags;
+  if (cta == 0 && threadIdx.x == 0) *a.scan_ticket = 0;  // the scan kernel runs after this one
+}
+
+// Loads a CTA's topk ids as local-expert keys (masked tail = -1) into keys[PADDED].
+template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
+__device__ inline void load_keys(const RoutingSortArgs& a, int cta, int* keys, int* flags) {
+  constexpr int BLOCK = TOPK * TOKENS_PER_CTA;
+  const long long base = static_cast<long long>(cta) * BLOCK;
+  const long long total = static_cast<long long>(a.num_tokens) * TOPK;
+  for (int i = threadIdx.x; i < PADDED; i += THREADS)
+    keys[i] = i < BLOCK && base + i < total ? local_expert(a, a.topk_ids[base + i], flags) : -1;
+}
+
+// Per-expert exclusive prefix of CTA counts, read in batches so that many loads are in flight (the
+// in-place rewrite otherwise serializes one L2 round trip per CTA row).
+enum : int { kScanBatch = 8 };
+
+// Offsets, padded offsets, totals and the tile map from the per-expert counts in count_s (shared,
+// E_local entries); `tile_offsets` (E_local + 1) and `scratch` (33) are shared scratch. Every thread
+// of the CTA (THREADS >= E_local) calls it.
+template <int THREADS>
+__device__ inline void write_offsets_and_tiles(const RoutingSortArgs& a, const int* count_s, int* tile_offsets,
+                                               int* scratch) {
+  const int E = a.num_local_experts;
+  const int tid = threadIdx.x;
+  const int count = tid < E ? count_s[tid] : 0;
   const int tiles = (count + a.block_m - 1) / a.block_m;
   int routed = 0;
   int total_tiles = 0;
-  const int offset = block_exclusive_sum<kThreads>(count, scan_scratch, &routed);
-  const int tile_offset = block_exclusive_sum<kThreads>(tiles, scan_scratch, &total_tiles);
+  const int offset = block_exclusive_sum<THREADS>(count, scratch, &routed);
+  const int tile_offset = block_exclusive_sum<THREADS>(tiles, scratch, &total_tiles);
   if (tid < E) {
     a.expert_counts[tid] = count;
     a.expert_offsets[tid] = offset;
@@ -138,73 +149,195 @@ __device__ inline void scan_all(const RoutingSortArgs& a, int* smem) {
     a.totals[2] = total_tiles;
   }
   __syncthreads();
-  // 5. Tile map: each tile finds its expert by binary search; padding rows of a tile get -1.
-  for (int t = tid; t < total_tiles; t += kThreads) {
+  // Tile map: each tile finds its expert by binary search.
+  for (int t = tid; t < total_tiles; t += THREADS) {
     int lo = 0, hi = E - 1;  // last expert with tile_offsets[x] <= t (empty experts share offsets)
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
       if (tile_offsets[mid] <= t) lo = mid; else hi = mid - 1;
     }
     const int first_row = (t - tile_offsets[lo]) * a.block_m;
-    const int rows = min(a.block_m, a.expert_counts[lo] - first_row);
     a.tile_expert[t] = lo;
-    a.tile_rows[t] = rows;
-    for (int r = rows; r < a.block_m; ++r) a.gather_index[static_cast<long long>(t) * a.block_m + r] = -1;
+    a.tile_rows[t] = min(a.block_m, count_s[lo] - first_row);
+  }
+  // Padding rows (each expert's last tile past its count) get -1: one warp per expert, lanes on
+  // consecutive rows. A thread per tile writing its own padding rows made every store touch 32
+  // sectors and serialized ~60 of them per thread: 6-16 us of the scan at any M.
+  const int lane = tid & 31;
+  for (int x = tid >> 5; x < E; x += THREADS / 32) {
+    const long long end = static_cast<long long>(tile_offsets[x + 1]) * a.block_m;
+    for (long long r = static_cast<long long>(tile_offsets[x]) * a.block_m + count_s[x] + lane; r < end; r += 32)
+      a.gather_index[r] = -1;
   }
 }
 
-template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
-__device__ inline void scatter_cta(const RoutingSortArgs& a, int cta, int* segment_start /* [E_local] shared */) {
-  using S = Shape<TOPK, TOKENS_PER_CTA, PADDED>;
-  __shared__ unsigned int keys[PADDED];  // (local expert << kPosBits) | position, sorted in place
-  const long long base = static_cast<long long>(cta) * S::BLOCK;
-  const long long total = static_cast<long long>(a.num_tokens) * TOPK;
-  for (int i = threadIdx.x; i < PADDED; i += THREADS) {
-    unsigned int key = kMaskedKey;  // masked tail: i >= BLOCK or past M
-    if (i < S::BLOCK && base + i < total) {
-      const int e = local_expert(a, a.topk_ids[base + i]);
-      if (e >= 0) key = (static_cast<unsigned int>(e) << kPosBits) | static_cast<unsigned int>(i);
-      else a.scatter_index[base + i] = -1;  // dropped: not on this rank, contributes zero
+// The scan stage, routing_scan_ctas() CTAs of kThreads threads. CTA b takes local experts
+// [32b, 32b + 32): thread t works on expert 32b + t % 32 over chunk t / 32 of the CTA rows, so each
+// thread reads a handful of rows (8 at M = 8192) and the loads of one row are coalesced. It rewrites cta_counts in place as each count CTA's first row inside its expert and
+// publishes the expert totals; the last scan CTA to finish (a ticket, as in a threadfence reduction)
+// writes offsets, totals, the tile map and the error bits. One CTA doing all of it walked ~64 rows
+// per thread for DeepSeek-V3 at M = 8192: half of that routing's time. Shared memory:
+// routing_scan_smem_bytes(kThreads, E).
+template <int kThreads>
+__device__ inline void scan_all(const RoutingSortArgs& a, int* smem) {
+  const int E = a.num_local_experts;
+  int* chunk_sum = smem;                     // [chunks * width]
+  int* chunk_base = smem + kThreads;         // [chunks * width]
+  int* count_s = smem + 2 * kThreads;        // [E]
+  int* tile_offsets = count_s + E;           // [E + 1] first tile of each expert
+  int* scan_scratch = tile_offsets + E + 1;  // [33]
+  int* is_last = scan_scratch + 33;          // [1]
+
+  // 32 expert columns per CTA (idle lanes when E < 32) and 32 row chunks: shifts, not divisions.
+  constexpr int width = kRoutingScanExpertsPerCta;
+  constexpr int chunks = kThreads / width;
+  const int tid = threadIdx.x;
+  const int e = blockIdx.x * width + (tid & (width - 1));
+  const int chunk = tid / width;
+  const bool worker = e < E;
+  const int per_chunk = (a.num_ctas + chunks - 1) / chunks;
+  const int cta_begin = worker ? min(a.num_ctas, chunk * per_chunk) : 0;
+  const int cta_end = worker ? min(a.num_ctas, cta_begin + per_chunk) : 0;
+  // Row c of this expert is column[c * E]; 32-bit offsets: the workspace holds num_ctas * E < 2^31 ints.
+  int* column = a.cta_counts + (worker ? e : 0);
+
+  // The run's error bits (OR of every count CTA's), loaded now so the load overlaps the column work.
+  int flags = 0;
+  for (int c = tid; c < a.num_ctas; c += kThreads) flags |= a.cta_flags[c];
+  // 1. Sum of each (expert, chunk). Up to kScanBatch rows per thread (M <= 8192 with 32 tokens per
+  // count CTA) stay in registers for step 3.
+  const bool in_registers = per_chunk <= kScanBatch;
+  int v[kScanBatch];
+  int sum = 0;
+  if (in_registers) {
+#pragma unroll
+    for (int j = 0; j < kScanBatch; ++j) {
+      v[j] = cta_begin + j < cta_end ? column[(cta_begin + j) * E] : 0;
+      sum += v[j];
     }
-    keys[i] = key;
+  } else {
+#pragma unroll kScanBatch
+    for (int c = cta_begin; c < cta_end; ++c) sum += column[c * E];
   }
-  block_bitonic_sort<PADDED, THREADS>(keys);  // ties impossible: positions are unique => stable
-  const unsigned int num_local = static_cast<unsigned int>(a.num_local_experts);
-  for (int i = threadIdx.x; i < PADDED; i += THREADS) {
-    const unsigned int e = keys[i] >> kPosBits;
-    if (e < num_local && (i == 0 || (keys[i - 1] >> kPosBits) != e)) segment_start[e] = i;
+  chunk_sum[tid] = sum;  // = [chunk * width + column]
+  __syncthreads();
+  // 2. Exclusive prefix over chunks, per expert, by one warp per expert (a thread walking up to 128
+  // chunks in shared memory cost ~2 us); the expert's total goes out for the finisher.
+  {
+    const int warp = tid >> 5, lane = tid & 31;
+    const int expert = blockIdx.x * width + warp;
+    if (warp < width && expert < E) {
+      const int per_lane = (chunks + 31) / 32;
+      const int c0 = lane * per_lane;
+      int mine = 0;
+      for (int j = 0; j < per_lane && c0 + j < chunks; ++j) mine += chunk_sum[(c0 + j) * width + warp];
+      int inclusive = mine;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int up = __shfl_up_sync(0xffffffffu, inclusive, o);
+        if (lane >= o) inclusive += up;
+      }
+      int running_base = inclusive - mine;
+      for (int j = 0; j < per_lane && c0 + j < chunks; ++j) {
+        chunk_base[(c0 + j) * width + warp] = running_base;
+        running_base += chunk_sum[(c0 + j) * width + warp];
+      }
+      const int expert_total = __shfl_sync(0xffffffffu, inclusive, 31);
+      if (lane == 0) {
+        a.expert_counts[expert] = expert_total;
+        count_s[expert] = expert_total;  // the finisher's copy when this is the only CTA
+      }
+    }
   }
   __syncthreads();
-  const int* cta_offsets = a.cta_counts + static_cast<long long>(cta) * a.num_local_experts;
-  for (int i = threadIdx.x; i < PADDED; i += THREADS) {
-    const unsigned int key = keys[i];
-    const unsigned int e = key >> kPosBits;
-    if (e >= num_local) continue;
-    const long long flat = base + (key & kPosMask);
-    const int row = a.padded_offsets[e] + cta_offsets[e] + (i - segment_start[e]);
-    a.gather_index[row] = static_cast<int>(flat);
-    a.scatter_index[flat] = row;
+  // 3. Rewrite cta_counts in place as each CTA's first row inside its expert.
+  int running = chunk_base[tid];
+  if (in_registers) {
+#pragma unroll
+    for (int j = 0; j < kScanBatch; ++j)
+      if (cta_begin + j < cta_end) {
+        column[(cta_begin + j) * E] = running;
+        running += v[j];
+      }
+  } else {  // kScanBatch rows at a time: all loads of a batch are issued before its stores
+    for (int c0 = cta_begin; c0 < cta_end; c0 += kScanBatch) {
+#pragma unroll
+      for (int j = 0; j < kScanBatch; ++j) v[j] = c0 + j < cta_end ? column[(c0 + j) * E] : 0;
+#pragma unroll
+      for (int j = 0; j < kScanBatch; ++j)
+        if (c0 + j < cta_end) {
+          column[(c0 + j) * E] = running;
+          running += v[j];
+        }
+    }
   }
+  // 4. The last CTA to get here finishes: every expert's total is visible to it.
+  if (gridDim.x > 1) {
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) *is_last = atomicAdd(a.scan_ticket, 1) == static_cast<int>(gridDim.x) - 1;
+    __syncthreads();
+    if (!*is_last) return;
+    __threadfence();
+    for (int x = tid; x < E; x += kThreads) count_s[x] = __ldcg(a.expert_counts + x);
+  } else if (a.num_ctas == 0) {
+    for (int x = tid; x < E; x += kThreads) count_s[x] = 0;
+  }
+  flags = static_cast<int>(__reduce_or_sync(0xffffffffu, static_cast<unsigned int>(flags)));
+  int* run_flags = scan_scratch;  // free until the block scans below (they begin with a barrier)
+  if (tid == 0) *run_flags = 0;
+  __syncthreads();
+  if ((tid & 31) == 0 && flags) atomicOr(run_flags, flags);
+  __syncthreads();  // also orders count_s for write_offsets_and_tiles
+  if (tid == 0) *a.error_flags = *run_flags;
+  // 5. Offsets, totals, tile map.
+  write_offsets_and_tiles<kThreads>(a, count_s, tile_offsets, scan_scratch);
+}
+
+// The scatter stage, one key per thread: its row = padded offset of its expert + its CTA's first row
+// inside the expert + its rank inside the CTA.
+template <int TOPK, int TOKENS_PER_CTA>
+__device__ inline void scatter_key(const RoutingSortArgs& a, long long flat) {
+  const int info = a.scatter_index[flat];
+  if (info < 0) return;  // dropped: stays -1
+  const int e = info >> kRoutingRankBits;
+  const int cta = static_cast<int>(flat / (TOPK * TOKENS_PER_CTA));
+  const int row = a.padded_offsets[e] + a.cta_counts[static_cast<long long>(cta) * a.num_local_experts + e] +
+                  (info & ((1 << kRoutingRankBits) - 1));
+  a.gather_index[row] = static_cast<int>(flat);
+  a.scatter_index[flat] = row;
 }
 
 }  // namespace routing_sort_detail
 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
 __global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs a) {
-  extern __shared__ int hist[];  // [E_local]
-  routing_sort_detail::count_cta<TOPK, TOKENS_PER_CTA, PADDED, THREADS>(a, blockIdx.x, hist);
+  static_assert(routing_sort_detail::Shape<TOPK, TOKENS_PER_CTA, PADDED>::BLOCK > 0, "shape checks");
+  __shared__ int keys[PADDED];
+  __shared__ int rank[PADDED];
+  __shared__ int flags;
+  extern __shared__ int dynamic_smem[];  // routing_rank_smem_bytes(PADDED, E_local)
+  const int E = a.num_local_experts;
+  int* expert_total = dynamic_smem;
+  unsigned short* table = reinterpret_cast<unsigned short*>(dynamic_smem + E);
+  if (threadIdx.x == 0) flags = 0;
+  __syncthreads();
+  routing_sort_detail::load_keys<TOPK, TOKENS_PER_CTA, PADDED, THREADS>(a, blockIdx.x, keys, &flags);
+  routing_sort_detail::rank_cta<PADDED, THREADS>(keys, rank, table, expert_total, E);
+  routing_sort_detail::publish_cta<TOPK, TOKENS_PER_CTA, THREADS>(a, blockIdx.x, keys, rank, expert_total, flags);
 }
 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
-__global__ void __launch_bounds__(routing_sort_detail::kScanThreads) routing_scan_kernel(RoutingSortArgs a) {
+__global__ void __launch_bounds__(kRoutingScanThreads, 1) routing_scan_kernel(RoutingSortArgs a) {
   extern __shared__ int smem[];
-  routing_sort_detail::scan_all<routing_sort_detail::kScanThreads>(a, smem);
+  routing_sort_detail::scan_all<kRoutingScanThreads>(a, smem);
 }
 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
-__global__ void __launch_bounds__(THREADS) routing_scatter_kernel(RoutingSortArgs a) {
-  extern __shared__ int segment_start[];  // [E_local] first sorted position of each expert
-  routing_sort_detail::scatter_cta<TOPK, TOKENS_PER_CTA, PADDED, THREADS>(a, blockIdx.x, segment_start);
+__global__ void __launch_bounds__(kRoutingScatterThreads) routing_scatter_kernel(RoutingSortArgs a) {
+  const long long flat = static_cast<long long>(blockIdx.x) * kRoutingScatterThreads + threadIdx.x;
+  if (flat < static_cast<long long>(a.num_tokens) * TOPK)
+    routing_sort_detail::scatter_key<TOPK, TOKENS_PER_CTA>(a, flat);
 }
 
 }  // namespace moejit

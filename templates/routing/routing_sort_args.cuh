@@ -2,6 +2,8 @@
 // both sides agree on the layout by construction (runtime/ static_asserts its size).
 #pragma once
 
+#include "common/host_device.cuh"
+
 namespace moejit {
 
 // Bits of RoutingSortArgs::error_flags.
@@ -27,7 +29,38 @@ struct RoutingSortArgs {
   int* tile_expert;        // [max_tiles] local expert of tile t (rows [t*block_m, (t+1)*block_m))
   int* tile_rows;          // [max_tiles] valid (non-padding) rows of tile t
   int* totals;             // [3]: routed rows, padded rows, tiles
-  int* error_flags;        // [1] RoutingErrorFlags, OR-ed; the caller zeroes it
+  int* cta_flags;          // [num_ctas] workspace: each count CTA's RoutingErrorFlags
+  int* scan_ticket;        // [1] workspace: scan CTAs done (zeroed by count CTA 0; the last one finishes)
+  int* error_flags;        // [1] RoutingErrorFlags of the run (the scan ORs cta_flags into it)
 };
+
+// Threads per CTA of the scan and of the element-wise scatter kernel; experts per scan CTA (a warp
+// reads 32 consecutive experts of one CTA row: 128 bytes).
+enum : int { kRoutingScanThreads = 1024, kRoutingScatterThreads = 256, kRoutingScanExpertsPerCta = 32 };
+
+// CTAs of the scan kernel: one per 32 local experts once count CTAs ran; with none (M = 0) one CTA
+// writes the empty result.
+MOEJIT_HOST_DEVICE constexpr int routing_scan_ctas(int local_experts, int count_ctas) {
+  return count_ctas > 0 ? (local_experts + kRoutingScanExpertsPerCta - 1) / kRoutingScanExpertsPerCta : 1;
+}
+
+// A key's (local expert, rank inside its CTA's keys of that expert), as the count stage leaves it in
+// scatter_index for the scatter stage: rank < 1024 keys per CTA, local expert < 1024.
+enum : int { kRoutingRankBits = 16 };
+
+// Chunks of 32 keys in a CTA's padded key block (one warp ranks one chunk).
+MOEJIT_HOST_DEVICE constexpr int routing_rank_chunks(int padded) { return padded >= 32 ? padded / 32 : 1; }
+
+// Dynamic shared memory of the ranking stage: a [chunks][E_local] table of 16-bit chunk counts
+// (rounded to whole words) and the CTA's count per expert.
+MOEJIT_HOST_DEVICE constexpr unsigned routing_rank_smem_bytes(int padded, int local_experts) {
+  return static_cast<unsigned>((routing_rank_chunks(padded) * local_experts + 1) / 2 * 4 + local_experts * 4);
+}
+
+// Dynamic shared memory of a scan CTA of `threads` threads over `local_experts` experts: chunk sums
+// and bases (2 * threads), counts (E), tile offsets (E + 1), block-scan scratch (33), a flag (1).
+MOEJIT_HOST_DEVICE constexpr unsigned routing_scan_smem_bytes(int threads, int local_experts) {
+  return static_cast<unsigned>((2 * threads + 2 * local_experts + 1 + 34) * 4);
+}
 
 }  // namespace moejit

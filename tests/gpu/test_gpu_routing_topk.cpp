@@ -1,6 +1,6 @@
 // routing_topk + the whole Router on the GPU against the fp64 CPU reference: every scoring rule,
-// grouped top-k with correction bias, the logit types, top_k 1..32 and E up to 512, ties, M = 0,
-// expert parallelism, and a CUDA graph.
+// grouped top-k with correction bias, the logit types, top_k 1..32 and E up to 512 (and 1024), ties,
+// M = 0, both launch paths around their boundary, expert parallelism, and a CUDA graph.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
@@ -41,6 +41,8 @@ struct Case {
   int tokens;
   bool bias = false;
   int row_pad = 0;  // row_stride = E + row_pad
+  std::vector<int> expert_map = {};  // global -> local id (-1 remote); config.num_local_experts matches
+  bool graph = false;                // also replay the routing from a CUDA graph
 };
 
 // "" when the device result matches the reference: ids exactly (or a near-tie swap), weights to 1e-5.
@@ -67,11 +69,13 @@ std::string run_case(Runtime& rt, const Case& c, std::mt19937& rng) {
   }
   std::vector<float> bias_f(bias.begin(), bias.end());
   DeviceBuffer d_bias = DeviceBuffer::from(api, bias_f);
+  DeviceBuffer d_map = DeviceBuffer::from(api, c.expert_map);
+  const CUdeviceptr map_ptr = c.expert_map.empty() ? 0 : d_map.ptr();
   Router router(rt, cfg);
   DeviceBuffer ws(api, router.workspace_bytes(M));
   ws.fill_u32(0x7fc00001u);  // NaN poison: unwritten weights can never pass
   auto out = router.carve(ws.ptr(), M);
-  router.route(nullptr, d_logits.ptr(), stride, c.bias ? d_bias.ptr() : 0, 0, M, M, out);
+  router.route(nullptr, d_logits.ptr(), stride, c.bias ? d_bias.ptr() : 0, map_ptr, M, M, out);
   auto ids = std::vector<int>(std::size_t(M) * K);
   auto weights = std::vector<float>(std::size_t(M) * K);
   MOEJIT_CHECK_CU(api, Launch, cuCtxSynchronize());
@@ -93,8 +97,28 @@ std::string run_case(Runtime& rt, const Case& c, std::mt19937& rng) {
   }
   // And the metadata built from those ids.
   auto sorted = router.sorter().download(out.sort, M);
-  auto want_sort = reference_routing_sort(ids, M, K, E, E, {}, cfg.block_m);
-  return describe_routing_difference(want_sort, sorted);
+  auto want_sort = reference_routing_sort(ids, M, K, E, router.sorter().config().num_local_experts, c.expert_map,
+                                          cfg.block_m);
+  std::string diff = describe_routing_difference(want_sort, sorted);
+  if (!diff.empty() || !c.graph) return diff;
+  // The same routing captured into a CUDA graph: a replay over a re-poisoned workspace gives the
+  // same bytes as the eager run.
+  const std::vector<unsigned> eager = ws.to_vector<unsigned>(router.workspace_bytes(M) / 4);
+  ws.fill_u32(0x7fc00001u);
+  CUstream stream = nullptr;
+  MOEJIT_CHECK_CU(api, Launch, cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  MOEJIT_CHECK_CU(api, Launch, cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  router.route(stream, d_logits.ptr(), stride, c.bias ? d_bias.ptr() : 0, map_ptr, M, M, out);
+  CUgraph graph = nullptr;
+  MOEJIT_CHECK_CU(api, Launch, cuStreamEndCapture(stream, &graph));
+  CUgraphExec exec = nullptr;
+  MOEJIT_CHECK_CU(api, Launch, cuGraphInstantiate(&exec, graph, 0));
+  MOEJIT_CHECK_CU(api, Launch, cuGraphLaunch(exec, stream));
+  MOEJIT_CHECK_CU(api, Launch, cuStreamSynchronize(stream));
+  api.cuGraphExecDestroy(exec);
+  api.cuGraphDestroy(graph);
+  api.cuStreamDestroy(stream);
+  return ws.to_vector<unsigned>(eager.size()) == eager ? "" : "graph replay differs from the eager run";
 }
 }  // namespace
 
@@ -142,6 +166,33 @@ TEST_CASE("routing_topk: grouped top-k with correction bias and scaling (DeepSee
   RouterConfig llama4{.num_experts = 128, .top_k = 1, .scoring = Scoring::Sigmoid, .renormalize = false};
   CHECK(run_case(rt, {llama4, 777, false}, rng) == "");
   CHECK(run_case(rt, {v3, 0, true}, rng) == "");
+}
+
+TEST_CASE("Router: one-launch / three-launch boundary, expert_map with half remote, graph replay == eager") {
+  test::ScratchDir dir("gpu-router-ep");
+  Runtime rt(test::test_options(dir.path()));
+  if (!test::gpu_or_skip(rt, "Router expert_map and graph")) return;
+  std::mt19937 rng(17);
+  RouterConfig v3{.num_experts = 256, .top_k = 8, .scoring = Scoring::Sigmoid, .renormalize = true, .n_group = 8,
+                  .topk_group = 4, .routed_scaling_factor = 2.5f, .block_m = 32};
+  RouterConfig qwen{.num_experts = 128, .top_k = 8, .logit_type = LogitType::F16, .block_m = 16};
+  RouterConfig odd{.num_experts = 60, .top_k = 6, .renormalize = false, .block_m = 64};
+  for (const RouterConfig& base : {v3, qwen, odd}) {
+    const int E = base.num_experts;
+    std::vector<int> map(E);  // odd experts live here (local id = e / 2), even ones are remote
+    for (int e = 0; e < E; ++e) map[e] = e % 2 ? e / 2 : -1;
+    RouterConfig ep = base;
+    ep.num_local_experts = E / 2;
+    for (int tokens : {1, 31, 32, 33, 64, 2049}) {
+      INFO(fmt::format("E={} top_k={} M={}", E, base.top_k, tokens));
+      CHECK(run_case(rt, {base, tokens, base.n_group > 1, 0, {}, true}, rng) == "");
+      CHECK(run_case(rt, {ep, tokens, base.n_group > 1, 1, map, true}, rng) == "");
+    }
+  }
+  // The widest router (E = 1024, 32 experts per lane) on both paths.
+  // fp32 logits: the grid's values (k / 128 up to 4) are not all exact in bf16 for E = 1024.
+  RouterConfig wide{.num_experts = 1024, .top_k = 4, .logit_type = LogitType::F32, .block_m = 16};
+  for (int tokens : {1, 32, 100}) CHECK(run_case(rt, {wide, tokens, false, 0, {}, true}, rng) == "");
 }
 
 TEST_CASE("routing_topk: ties go to the lower expert id") {
