@@ -68,7 +68,6 @@ RoutingSortBuffers RoutingSorter::layout(CUdeviceptr workspace, int max_tokens, 
   take(b.tile_rows, max_tiles(max_tokens));
   take(b.totals, 3);
   take(b.cta_flags, ctas);
-  take(b.scan_ticket, 1);
   take(b.error_flags, 1);
   if (total_bytes) *total_bytes = offset;
   return b;
@@ -121,7 +120,6 @@ RoutingSortArgs RoutingSorter::make_args(CUdeviceptr topk_ids, CUdeviceptr exper
   a.tile_rows = b.tile_rows;
   a.totals = b.totals;
   a.cta_flags = b.cta_flags;
-  a.scan_ticket = b.scan_ticket;
   a.error_flags = b.error_flags;
   return a;
 }
@@ -139,14 +137,15 @@ void RoutingSorter::run(CUstream stream, CUdeviceptr topk_ids, CUdeviceptr exper
 
 void RoutingSorter::finish(CUstream stream, const RoutingSortArgs& a) {
   prepare();
-  const unsigned scan_bytes = routing_scan_smem_bytes(kRoutingScanThreads, config_.num_local_experts);
-  const unsigned scan_ctas = static_cast<unsigned>(routing_scan_ctas(config_.num_local_experts, a.num_ctas));
-  module_->kernel("scan").launch(stream, {scan_ctas, 1, 1, kRoutingScanThreads, 1, 1, scan_bytes}, a);
-  const long long keys = static_cast<long long>(a.num_tokens) * config_.top_k;
-  if (keys > 0)
-    module_->kernel("scatter").launch(
-        stream, {unsigned((keys + kRoutingScatterThreads - 1) / kRoutingScatterThreads), 1, 1, kRoutingScatterThreads, 1, 1, 0},
-        a);
+  const unsigned scan_ctas = static_cast<unsigned>(routing_scan_ctas(config_.num_local_experts));
+  module_->kernel("scan").launch(
+      stream, {scan_ctas, 1, 1, kRoutingScanThreads, 1, 1, routing_scan_smem_bytes(kRoutingScanThreads)}, a);
+  const unsigned scatter_ctas =
+      static_cast<unsigned>(routing_scatter_ctas(static_cast<long long>(a.num_tokens) * config_.top_k));
+  module_->kernel("scatter").launch(stream,
+                                    {scatter_ctas, 1, 1, kRoutingScatterThreads, 1, 1,
+                                     routing_scatter_smem_bytes(config_.num_local_experts)},
+                                    a);
 }
 
 RoutingSortReference RoutingSorter::download(const RoutingSortBuffers& b, int num_tokens) const {

@@ -38,7 +38,6 @@ struct RoutingSortBuffers {
   int* tile_rows = nullptr;
   int* totals = nullptr;       // [3] routed rows, padded rows, tiles
   int* cta_flags = nullptr;    // [count CTAs] workspace: each CTA's error bits
-  int* scan_ticket = nullptr;  // [1] workspace: scan CTAs done
   int* error_flags = nullptr;  // [1] RoutingErrorFlags
 };
 

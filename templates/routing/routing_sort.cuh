@@ -4,8 +4,9 @@
 // Three kernels, no host synchronization and no memset between them (CUDA-graph capturable):
 //   count   grid = num_ctas: ranks the CTA's TOKENS_PER_CTA*TOPK keys inside their expert     -> cta_counts,
 //           (local expert, rank) per key parked in scatter_index, error bits in cta_flags
-//   scan    grid = E / 32:  per-expert prefix over CTAs; the last scan CTA: prefix over experts, tiles, flags
-//   scatter element-wise:   row = padded offset + CTA's base + rank                        -> gather/scatter
+//   scan    grid = E / 32:  per-expert prefix over CTAs                                      -> CTA bases, totals
+//   scatter 1024 keys/CTA:  padded offsets (block scan of totals), row = offset + base + rank -> gather/scatter;
+//                           CTA 0 also writes offsets, totals, tile map, error bits
 // Each CTA owns BLOCK = TOKENS_PER_CTA*TOPK consecutive keys in a key block of width
 // PADDED = next_pow2(BLOCK) (computed by the host, so any TOPK — 3, 5, 6, 7, ... — works by
 // construction); keys at positions >= BLOCK are masked. A warp ranks each chunk of 32 keys with
@@ -103,7 +104,6 @@ __device__ inline void publish_cta(const RoutingSortArgs& a, int cta, const int*
   for (int i = threadIdx.x; i < BLOCK && base + i < total; i += THREADS)
     a.scatter_index[base + i] = keys[i] >= 0 ? (keys[i] << kRoutingRankBits) | rank[i] : -1;
   if (threadIdx.x == 0) a.cta_flags[cta] = flags;
-  if (cta == 0 && threadIdx.x == 0) *a.scan_ticket = 0;  // the scan kernel runs after this one
 }
 
 // Loads a CTA's topk ids as local-expert keys (masked tail = -1) into keys[PADDED].
@@ -120,20 +120,27 @@ __device__ inline void load_keys(const RoutingSortArgs& a, int cta, int* keys, i
 // in-place rewrite otherwise serializes one L2 round trip per CTA row).
 enum : int { kScanBatch = 8 };
 
-// Offsets, padded offsets, totals and the tile map from the per-expert counts in count_s (shared,
-// E_local entries); `tile_offsets` (E_local + 1) and `scratch` (33) are shared scratch. Every thread
-// of the CTA (THREADS >= E_local) calls it.
+// Each expert's first tile (tile_offsets, shared, E_local + 1 entries) from the per-expert counts in
+// count_s (shared, E_local entries); with `publish`, also the counts, offsets, padded offsets,
+// totals, the tile map and the padding rows in global memory. `scratch` holds 33 shared ints. Every
+// thread of the CTA (THREADS >= E_local) calls it; tile_offsets is complete after it returns.
 template <int THREADS>
 __device__ inline void write_offsets_and_tiles(const RoutingSortArgs& a, const int* count_s, int* tile_offsets,
-                                               int* scratch) {
+                                               int* scratch, bool publish = true) {
   const int E = a.num_local_experts;
   const int tid = threadIdx.x;
   const int count = tid < E ? count_s[tid] : 0;
   const int tiles = (count + a.block_m - 1) / a.block_m;
   int routed = 0;
   int total_tiles = 0;
-  const int offset = block_exclusive_sum<THREADS>(count, scratch, &routed);
+  const int offset = publish ? block_exclusive_sum<THREADS>(count, scratch, &routed) : 0;
   const int tile_offset = block_exclusive_sum<THREADS>(tiles, scratch, &total_tiles);
+  if (!publish) {
+    if (tid < E) tile_offsets[tid] = tile_offset;
+    if (tid == 0) tile_offsets[E] = total_tiles;
+    __syncthreads();
+    return;
+  }
   if (tid < E) {
     a.expert_counts[tid] = count;
     a.expert_offsets[tid] = offset;
@@ -173,20 +180,16 @@ __device__ inline void write_offsets_and_tiles(const RoutingSortArgs& a, const i
 
 // The scan stage, routing_scan_ctas() CTAs of kThreads threads. CTA b takes local experts
 // [32b, 32b + 32): thread t works on expert 32b + t % 32 over chunk t / 32 of the CTA rows, so each
-// thread reads a handful of rows (8 at M = 8192) and the loads of one row are coalesced. It rewrites cta_counts in place as each count CTA's first row inside its expert and
-// publishes the expert totals; the last scan CTA to finish (a ticket, as in a threadfence reduction)
-// writes offsets, totals, the tile map and the error bits. One CTA doing all of it walked ~64 rows
-// per thread for DeepSeek-V3 at M = 8192: half of that routing's time. Shared memory:
-// routing_scan_smem_bytes(kThreads, E).
+// thread reads a handful of rows (8 at M = 8192) and the loads of one row are coalesced. It rewrites
+// cta_counts in place as each count CTA's first row inside its expert and writes the expert totals
+// to expert_counts; the scatter kernel turns those into offsets. (One CTA walking ~64 rows per
+// thread was half of DeepSeek-V3's routing time at M = 8192; a last-CTA finisher put fences and an
+// atomic ticket on the critical path.) Shared memory: routing_scan_smem_bytes(kThreads).
 template <int kThreads>
-__device__ inline void scan_all(const RoutingSortArgs& a, int* smem) {
+__device__ inline void scan_columns(const RoutingSortArgs& a, int* smem) {
   const int E = a.num_local_experts;
-  int* chunk_sum = smem;                     // [chunks * width]
-  int* chunk_base = smem + kThreads;         // [chunks * width]
-  int* count_s = smem + 2 * kThreads;        // [E]
-  int* tile_offsets = count_s + E;           // [E + 1] first tile of each expert
-  int* scan_scratch = tile_offsets + E + 1;  // [33]
-  int* is_last = scan_scratch + 33;          // [1]
+  int* chunk_sum = smem;              // [chunks * width]
+  int* chunk_base = smem + kThreads;  // [chunks * width]
 
   // 32 expert columns per CTA (idle lanes when E < 32) and 32 row chunks: shifts, not divisions.
   constexpr int width = kRoutingScanExpertsPerCta;
@@ -201,9 +204,6 @@ __device__ inline void scan_all(const RoutingSortArgs& a, int* smem) {
   // Row c of this expert is column[c * E]; 32-bit offsets: the workspace holds num_ctas * E < 2^31 ints.
   int* column = a.cta_counts + (worker ? e : 0);
 
-  // The run's error bits (OR of every count CTA's), loaded now so the load overlaps the column work.
-  int flags = 0;
-  for (int c = tid; c < a.num_ctas; c += kThreads) flags |= a.cta_flags[c];
   // 1. Sum of each (expert, chunk). Up to kScanBatch rows per thread (M <= 8192 with 32 tokens per
   // count CTA) stay in registers for step 3.
   const bool in_registers = per_chunk <= kScanBatch;
@@ -242,11 +242,8 @@ __device__ inline void scan_all(const RoutingSortArgs& a, int* smem) {
         chunk_base[(c0 + j) * width + warp] = running_base;
         running_base += chunk_sum[(c0 + j) * width + warp];
       }
-      const int expert_total = __shfl_sync(0xffffffffu, inclusive, 31);
-      if (lane == 0) {
-        a.expert_counts[expert] = expert_total;
-        count_s[expert] = expert_total;  // the finisher's copy when this is the only CTA
-      }
+      const int expert_total = __shfl_sync(0xffffffffu, inclusive, 31);  // 0 when M = 0
+      if (lane == 0) a.expert_counts[expert] = expert_total;
     }
   }
   __syncthreads();
@@ -271,39 +268,45 @@ __device__ inline void scan_all(const RoutingSortArgs& a, int* smem) {
         }
     }
   }
-  // 4. The last CTA to get here finishes: every expert's total is visible to it.
-  if (gridDim.x > 1) {
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) *is_last = atomicAdd(a.scan_ticket, 1) == static_cast<int>(gridDim.x) - 1;
-    __syncthreads();
-    if (!*is_last) return;
-    __threadfence();
-    for (int x = tid; x < E; x += kThreads) count_s[x] = __ldcg(a.expert_counts + x);
-  } else if (a.num_ctas == 0) {
-    for (int x = tid; x < E; x += kThreads) count_s[x] = 0;
-  }
-  flags = static_cast<int>(__reduce_or_sync(0xffffffffu, static_cast<unsigned int>(flags)));
-  int* run_flags = scan_scratch;  // free until the block scans below (they begin with a barrier)
-  if (tid == 0) *run_flags = 0;
-  __syncthreads();
-  if ((tid & 31) == 0 && flags) atomicOr(run_flags, flags);
-  __syncthreads();  // also orders count_s for write_offsets_and_tiles
-  if (tid == 0) *a.error_flags = *run_flags;
-  // 5. Offsets, totals, tile map.
-  write_offsets_and_tiles<kThreads>(a, count_s, tile_offsets, scan_scratch);
 }
 
-// The scatter stage, one key per thread: its row = padded offset of its expert + its CTA's first row
-// inside the expert + its rank inside the CTA.
+// The scatter stage, kRoutingScatterThreads keys per CTA. Every CTA derives each expert's padded
+// offset from the totals (a block scan over E_local) and places its keys: row = padded offset +
+// the key's CTA's first row inside the expert + its rank inside that CTA. CTA 0 also publishes the
+// offsets, totals, tile map, padding rows and the run's error bits. Shared memory:
+// routing_scatter_smem_bytes(E_local).
 template <int TOPK, int TOKENS_PER_CTA>
-__device__ inline void scatter_key(const RoutingSortArgs& a, long long flat) {
-  const int info = a.scatter_index[flat];
-  if (info < 0) return;  // dropped: stays -1
-  const int e = info >> kRoutingRankBits;
+__device__ inline void scatter_all(const RoutingSortArgs& a, int* smem) {
+  constexpr int kThreads = kRoutingScatterThreads;
+  const int E = a.num_local_experts;
+  int* count_s = smem;                  // [E]
+  int* tile_offsets = count_s + E;      // [E + 1]
+  int* scratch = tile_offsets + E + 1;  // [33]
+  const int tid = threadIdx.x;
+  const bool first = blockIdx.x == 0;
+  int flags = 0;  // CTA 0: the run's error bits, OR of every count CTA's (loaded early)
+  if (first)
+    for (int c = tid; c < a.num_ctas; c += kThreads) flags |= a.cta_flags[c];
+  const long long flat = static_cast<long long>(blockIdx.x) * kThreads + tid;
+  const bool has_key = flat < static_cast<long long>(a.num_tokens) * TOPK;
+  const int info = has_key ? a.scatter_index[flat] : -1;  // loaded before the scan: overlaps it
   const int cta = static_cast<int>(flat / (TOPK * TOKENS_PER_CTA));
-  const int row = a.padded_offsets[e] + a.cta_counts[static_cast<long long>(cta) * a.num_local_experts + e] +
-                  (info & ((1 << kRoutingRankBits) - 1));
+  const int e = info >> kRoutingRankBits;
+  const int cta_base = info >= 0 ? a.cta_counts[static_cast<long long>(cta) * E + e] : 0;
+  for (int x = tid; x < E; x += kThreads) count_s[x] = a.expert_counts[x];
+  __syncthreads();
+  write_offsets_and_tiles<kThreads>(a, count_s, tile_offsets, scratch, first);
+  if (first) {
+    flags = static_cast<int>(__reduce_or_sync(0xffffffffu, static_cast<unsigned int>(flags)));
+    __syncthreads();  // scratch is free again
+    if (tid == 0) scratch[0] = 0;
+    __syncthreads();
+    if ((tid & 31) == 0 && flags) atomicOr(&scratch[0], flags);
+    __syncthreads();
+    if (tid == 0) *a.error_flags = scratch[0];
+  }
+  if (info < 0) return;  // no key here, or dropped (scatter_index stays -1)
+  const int row = tile_offsets[e] * a.block_m + cta_base + (info & ((1 << kRoutingRankBits) - 1));
   a.gather_index[row] = static_cast<int>(flat);
   a.scatter_index[flat] = row;
 }
@@ -330,14 +333,13 @@ __global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
 __global__ void __launch_bounds__(kRoutingScanThreads, 1) routing_scan_kernel(RoutingSortArgs a) {
   extern __shared__ int smem[];
-  routing_sort_detail::scan_all<kRoutingScanThreads>(a, smem);
+  routing_sort_detail::scan_columns<kRoutingScanThreads>(a, smem);
 }
 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
 __global__ void __launch_bounds__(kRoutingScatterThreads) routing_scatter_kernel(RoutingSortArgs a) {
-  const long long flat = static_cast<long long>(blockIdx.x) * kRoutingScatterThreads + threadIdx.x;
-  if (flat < static_cast<long long>(a.num_tokens) * TOPK)
-    routing_sort_detail::scatter_key<TOPK, TOKENS_PER_CTA>(a, flat);
+  extern __shared__ int smem[];
+  routing_sort_detail::scatter_all<TOPK, TOKENS_PER_CTA>(a, smem);
 }
 
 }  // namespace moejit

@@ -30,18 +30,21 @@ struct RoutingSortArgs {
   int* tile_rows;          // [max_tiles] valid (non-padding) rows of tile t
   int* totals;             // [3]: routed rows, padded rows, tiles
   int* cta_flags;          // [num_ctas] workspace: each count CTA's RoutingErrorFlags
-  int* scan_ticket;        // [1] workspace: scan CTAs done (zeroed by count CTA 0; the last one finishes)
-  int* error_flags;        // [1] RoutingErrorFlags of the run (the scan ORs cta_flags into it)
+  int* error_flags;        // [1] RoutingErrorFlags of the run (the scatter ORs cta_flags into it)
 };
 
 // Threads per CTA of the scan and of the element-wise scatter kernel; experts per scan CTA (a warp
 // reads 32 consecutive experts of one CTA row: 128 bytes).
-enum : int { kRoutingScanThreads = 1024, kRoutingScatterThreads = 256, kRoutingScanExpertsPerCta = 32 };
+// (The scatter's block scan over experts needs kRoutingScatterThreads >= E_local.)
+enum : int { kRoutingScanThreads = 1024, kRoutingScatterThreads = 1024, kRoutingScanExpertsPerCta = 32 };
 
-// CTAs of the scan kernel: one per 32 local experts once count CTAs ran; with none (M = 0) one CTA
-// writes the empty result.
-MOEJIT_HOST_DEVICE constexpr int routing_scan_ctas(int local_experts, int count_ctas) {
-  return count_ctas > 0 ? (local_experts + kRoutingScanExpertsPerCta - 1) / kRoutingScanExpertsPerCta : 1;
+// CTAs of the scan kernel (one per 32 local experts) and of the scatter kernel (one per
+// kRoutingScatterThreads keys; at least one, which writes the result of M = 0).
+MOEJIT_HOST_DEVICE constexpr int routing_scan_ctas(int local_experts) {
+  return (local_experts + kRoutingScanExpertsPerCta - 1) / kRoutingScanExpertsPerCta;
+}
+MOEJIT_HOST_DEVICE constexpr int routing_scatter_ctas(long long keys) {
+  return keys > 0 ? static_cast<int>((keys + kRoutingScatterThreads - 1) / kRoutingScatterThreads) : 1;
 }
 
 // A key's (local expert, rank inside its CTA's keys of that expert), as the count stage leaves it in
@@ -57,10 +60,13 @@ MOEJIT_HOST_DEVICE constexpr unsigned routing_rank_smem_bytes(int padded, int lo
   return static_cast<unsigned>((routing_rank_chunks(padded) * local_experts + 1) / 2 * 4 + local_experts * 4);
 }
 
-// Dynamic shared memory of a scan CTA of `threads` threads over `local_experts` experts: chunk sums
-// and bases (2 * threads), counts (E), tile offsets (E + 1), block-scan scratch (33), a flag (1).
-MOEJIT_HOST_DEVICE constexpr unsigned routing_scan_smem_bytes(int threads, int local_experts) {
-  return static_cast<unsigned>((2 * threads + 2 * local_experts + 1 + 34) * 4);
+// Dynamic shared memory of a scan CTA of `threads` threads: chunk sums and bases.
+MOEJIT_HOST_DEVICE constexpr unsigned routing_scan_smem_bytes(int threads) { return static_cast<unsigned>(2 * threads * 4); }
+
+// Dynamic shared memory of a scatter CTA (and the shared part of the one-CTA route kernel): counts
+// (E), tile offsets (E + 1), block-scan scratch (33).
+MOEJIT_HOST_DEVICE constexpr unsigned routing_scatter_smem_bytes(int local_experts) {
+  return static_cast<unsigned>((2 * local_experts + 34) * 4);
 }
 
 }  // namespace moejit
