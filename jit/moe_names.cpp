@@ -44,12 +44,16 @@ int parse_quant(const std::string& name) {
   throw Error(Phase::Validate, fmt::format("unknown quantization '{}' (known: {})", name, fmt::join(quant_names(), ", ")));
 }
 
-bool arch_has_fp8_mma(const std::string& arch) {
+int arch_number(const std::string& arch) {
   // sm_<major><minor>[a|f]; validated elsewhere. 89 = Ada, 90 = Hopper, 100+ = Blackwell.
   int number = 0;
   for (std::size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) number = number * 10 + (arch[i] - '0');
-  return number >= 89;
+  return number;
 }
+
+bool arch_has_fp8_mma(const std::string& arch) { return arch_number(arch) >= 89; }
+
+bool arch_has_dependent_launch(const std::string& arch) { return arch_number(arch) >= 90; }
 
 const char* activation_name(int code) {
   for (const auto& [c, name] : kActivations)

@@ -18,6 +18,8 @@ const char* quant_name(int code);               // none, int8_channel, int4_grou
 int parse_quant(const std::string& name);       // throws Error(Validate) listing the known names
 std::vector<std::string> quant_names();
 // Architectures with e4m3 mma.sync (sm_89 and newer).
+int arch_number(const std::string& arch);  // sm_90a -> 90
 bool arch_has_fp8_mma(const std::string& arch);
+bool arch_has_dependent_launch(const std::string& arch);  // programmatic dependent launch: sm_90+
 
 }  // namespace moejit

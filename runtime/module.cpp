@@ -44,6 +44,24 @@ void Kernel::launch_raw(CUstream stream, const LaunchShape& s, void** params) co
                                              resources_.static_shared_bytes, api_->error_name(r)));
     dynamic_shared_limit_ = static_cast<int>(s.dynamic_shared_bytes);
   }
+  if (s.overlap_previous) {
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{};
+    config.gridDimX = s.grid_x;
+    config.gridDimY = s.grid_y;
+    config.gridDimZ = s.grid_z;
+    config.blockDimX = s.block_x;
+    config.blockDimY = s.block_y;
+    config.blockDimZ = s.block_z;
+    config.sharedMemBytes = s.dynamic_shared_bytes;
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    MOEJIT_CHECK_CU(*api_, Launch, cuLaunchKernelEx(&config, fn_, params, nullptr));
+    return;
+  }
   MOEJIT_CHECK_CU(*api_, Launch,
                   cuLaunchKernel(fn_, s.grid_x, s.grid_y, s.grid_z, s.block_x, s.block_y, s.block_z,
                                  s.dynamic_shared_bytes, stream, params, nullptr));

@@ -27,6 +27,9 @@ struct LaunchShape {
   unsigned grid_x = 1, grid_y = 1, grid_z = 1;
   unsigned block_x = 1, block_y = 1, block_z = 1;
   unsigned dynamic_shared_bytes = 0;
+  // Programmatic dependent launch (sm_90+): the kernel may start while the previous kernel on the
+  // stream finishes; it must execute griddepcontrol.wait before touching that kernel's output.
+  bool overlap_previous = false;
 };
 
 class Kernel {

@@ -80,6 +80,7 @@ class RoutingSorter {
   Runtime& runtime_;
   int threads_ = 0;  // count kernel's CTA
   int padded_ = 0;   // its key block width
+  bool overlap_launches_ = false;  // programmatic dependent launch of scan and scatter (sm_90+)
   RoutingSortConfig config_;
   std::shared_ptr<const Module> module_;
 };

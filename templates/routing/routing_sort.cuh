@@ -22,6 +22,15 @@
 namespace moejit {
 namespace routing_sort_detail {
 
+// Programmatic dependent launch (sm_90+): the scan and scatter kernels are launched to overlap the
+// previous kernel's tail (launch latency, CTA start); this waits until that kernel has completed and
+// its writes are visible. A no-op when the launch had no such dependency.
+__device__ inline void wait_for_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <int TOPK, int TOKENS_PER_CTA, int PADDED>
 struct Shape {
   enum : int { BLOCK = TOPK * TOKENS_PER_CTA, CHUNKS = routing_rank_chunks(PADDED) };  // keys per CTA
@@ -333,12 +342,14 @@ __global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
 __global__ void __launch_bounds__(kRoutingScanThreads, 1) routing_scan_kernel(RoutingSortArgs a) {
   extern __shared__ int smem[];
+  routing_sort_detail::wait_for_previous_kernel();
   routing_sort_detail::scan_columns<kRoutingScanThreads>(a, smem);
 }
 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
 __global__ void __launch_bounds__(kRoutingScatterThreads) routing_scatter_kernel(RoutingSortArgs a) {
   extern __shared__ int smem[];
+  routing_sort_detail::wait_for_previous_kernel();
   routing_sort_detail::scatter_all<TOPK, TOKENS_PER_CTA>(a, smem);
 }
 
