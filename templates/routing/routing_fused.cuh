@@ -86,6 +86,7 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_topk_r
   const int E = args.sort.num_local_experts;
   int* expert_total = smem;
   unsigned short* table = reinterpret_cast<unsigned short*>(smem + E);
+  routing_sort_detail::allow_next_kernel();  // the scan waits for this kernel on the device
   if (threadIdx.x == 0) flags = 0;
   __syncthreads();
   routing_fused_detail::select_keys<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE,

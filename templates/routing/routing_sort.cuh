@@ -31,6 +31,14 @@ __device__ inline void wait_for_previous_kernel() {
 #endif
 }
 
+// Lets the next kernel (launched for programmatic dependent launch) start now: it waits on the
+// device for this one to complete anyway. Called first thing by every kernel before a scan/scatter.
+__device__ inline void allow_next_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 template <int TOPK, int TOKENS_PER_CTA, int PADDED>
 struct Shape {
   enum : int { BLOCK = TOPK * TOKENS_PER_CTA, CHUNKS = routing_rank_chunks(PADDED) };  // keys per CTA
@@ -332,6 +340,7 @@ __global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs 
   const int E = a.num_local_experts;
   int* expert_total = dynamic_smem;
   unsigned short* table = reinterpret_cast<unsigned short*>(dynamic_smem + E);
+  routing_sort_detail::allow_next_kernel();
   if (threadIdx.x == 0) flags = 0;
   __syncthreads();
   routing_sort_detail::load_keys<TOPK, TOKENS_PER_CTA, PADDED, THREADS>(a, blockIdx.x, keys, &flags);
@@ -342,6 +351,7 @@ __global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
 __global__ void __launch_bounds__(kRoutingScanThreads, 1) routing_scan_kernel(RoutingSortArgs a) {
   extern __shared__ int smem[];
+  routing_sort_detail::allow_next_kernel();
   routing_sort_detail::wait_for_previous_kernel();
   routing_sort_detail::scan_columns<kRoutingScanThreads>(a, smem);
 }

@@ -32,6 +32,61 @@ __device__ inline float load_logit(const void* base, long long index) {
   }
 }
 
+// Loads EPL consecutive values starting at element `first` of `base` (LOGIT_DTYPE elements) as
+// floats, with 16/8/4-byte loads when the lane's span is aligned (one 16-byte load for DeepSeek-V3's
+// 8 bf16 logits instead of 8 loads), else one load per element. Experts at or past E read -inf.
+template <int LOGIT_DTYPE, int EPL, int E>
+__device__ inline void load_lane(const void* base, long long first, int first_expert, float (&out)[EPL]) {
+  constexpr int kElem = LOGIT_DTYPE == kLogitF32 ? 4 : 2;
+  constexpr int kBytes = EPL * kElem;
+  constexpr int kVec = kBytes % 16 == 0 ? 16 : kBytes % 8 == 0 ? 8 : kBytes % 4 == 0 ? 4 : 0;
+  if constexpr (kVec > 0 && E % EPL == 0) {  // a lane's experts are all valid or all past E
+    const char* p = static_cast<const char*>(base) + first * kElem;
+    if (reinterpret_cast<unsigned long long>(p) % kVec == 0) {
+      if (first_expert >= E) {
+#pragma unroll
+        for (int i = 0; i < EPL; ++i) out[i] = neg_inf();
+        return;
+      }
+      unsigned int words[kBytes / 4];
+#pragma unroll
+      for (int v = 0; v < kBytes / kVec; ++v) {
+        if constexpr (kVec == 16) {
+          const uint4 q = reinterpret_cast<const uint4*>(p)[v];
+          words[4 * v] = q.x;
+          words[4 * v + 1] = q.y;
+          words[4 * v + 2] = q.z;
+          words[4 * v + 3] = q.w;
+        } else if constexpr (kVec == 8) {
+          const uint2 q = reinterpret_cast<const uint2*>(p)[v];
+          words[2 * v] = q.x;
+          words[2 * v + 1] = q.y;
+        } else {
+          words[v] = reinterpret_cast<const unsigned int*>(p)[v];
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < EPL; ++i) {
+        if constexpr (LOGIT_DTYPE == kLogitF32) {
+          out[i] = __uint_as_float(words[i]);
+        } else {
+          const unsigned short bits = static_cast<unsigned short>(words[i / 2] >> (16 * (i % 2)));  // little endian
+          if constexpr (LOGIT_DTYPE == kLogitBF16) {
+            out[i] = __uint_as_float(static_cast<unsigned int>(bits) << 16);
+          } else {
+            float f;
+            asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+            out[i] = f;
+          }
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < EPL; ++i) out[i] = first_expert + i < E ? load_logit<LOGIT_DTYPE>(base, first + i) : neg_inf();
+}
+
 // Order-preserving map float -> uint32 (a > b  <=>  key(a) > key(b)); -0 maps like +0 because they
 // compare equal. Key 0 is below every float's key: it marks "not selectable".
 __device__ inline unsigned int ordered_key(float f) {
@@ -193,9 +248,13 @@ __device__ inline int topk_one_token(const RoutingTopkArgs& a, int token, int la
   const long long row = static_cast<long long>(token) * a.row_stride;
 
   float score[EPL];  // what weights are made of: probability, sigmoid, or raw logit
-#pragma unroll
-  for (int i = 0; i < EPL; ++i)
-    score[i] = first_expert + i < E ? load_logit<LOGIT_DTYPE>(a.logits, row + first_expert + i) : neg_inf();
+  load_lane<LOGIT_DTYPE, EPL, E>(a.logits, row + first_expert, first_expert, score);
+  // The bias is loaded with the logits (both in flight together), except for the widest routers
+  // (more than 16 experts per lane), where a second array of them would spill.
+  constexpr bool kPreloadBias = EPL <= 16;
+  float bias[kPreloadBias ? EPL : 1];
+  if constexpr (kPreloadBias)
+    if (a.correction_bias) load_lane<kLogitF32, EPL, E>(a.correction_bias, first_expert, first_expert, bias);
   float softmax_max = 0.f, softmax_inv = 1.f;
   if constexpr (SCORING == kScoringSoftmax) {
     float m = neg_inf();
@@ -220,7 +279,12 @@ __device__ inline int topk_one_token(const RoutingTopkArgs& a, int token, int la
 #pragma unroll
   for (int i = 0; i < EPL; ++i) {
     const int e = first_expert + i;
-    select[i] = e < E ? score[i] + (a.correction_bias ? a.correction_bias[e] : 0.f) : neg_inf();
+    float b = 0.f;
+    if (a.correction_bias) {
+      if constexpr (kPreloadBias) b = bias[i];
+      else b = e < E ? a.correction_bias[e] : 0.f;
+    }
+    select[i] = e < E ? score[i] + b : neg_inf();
     key[i] = e < E ? ordered_key(select[i]) : 0u;
   }
   if constexpr (N_GROUP > 1) mask_groups<E, EPL, N_GROUP, TOPK_GROUP>(select, key, lane, a.correction_bias != nullptr);
