@@ -45,20 +45,21 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_fused_
   static_assert(routing_sort_detail::Shape<TOPK, TOKENS, PADDED>::BLOCK > 0, "shape checks");
   __shared__ int keys[PADDED];
   __shared__ int rank[PADDED];
-  __shared__ int scratch[34];  // block-scan scratch (33) + error flags
+  __shared__ unsigned long long scratch[33];  // block-scan scratch
+  __shared__ int flags;
   extern __shared__ int smem[];  // routing_fused_smem_bytes(PADDED, E_local)
   const RoutingSortArgs& s = args.sort;
   const int E = s.num_local_experts;  // <= kThreads (the block scan over experts); the host checks
   int* expert_total = smem;                  // [E]
   int* tile_offsets = smem + E;              // [E + 1]
   unsigned short* table = reinterpret_cast<unsigned short*>(smem + 2 * E + 1);
-  int* flags = scratch + 33;
-  if (threadIdx.x == 0) *flags = 0;
+  if (threadIdx.x == 0) flags = 0;
   __syncthreads();
   routing_fused_detail::select_keys<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE,
-                                    TOKENS, PADDED>(args, 0, keys, flags);
+                                    TOKENS, PADDED>(args, 0, keys, &flags);
   routing_sort_detail::rank_cta<PADDED, kThreads>(keys, rank, table, expert_total, E);
-  routing_sort_detail::write_offsets_and_tiles<kThreads>(s, expert_total, tile_offsets, scratch);
+  for (int e = threadIdx.x; e < E; e += kThreads) s.expert_counts[e] = expert_total[e];
+  routing_sort_detail::write_offsets_and_tiles<kThreads>(s, expert_total, tile_offsets, scratch, true, 0, 1);
   // Rows straight from shared memory: padded offset (tile offset * block_m) + rank.
   const int total = s.num_tokens * TOPK;
   for (int i = threadIdx.x; i < total; i += kThreads) {
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_fused_
     s.gather_index[row] = i;
     s.scatter_index[i] = row;
   }
-  if (threadIdx.x == 0) *s.error_flags = *flags;
+  if (threadIdx.x == 0) *s.error_flags = flags;
 }
 
 template <int TOPK, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,

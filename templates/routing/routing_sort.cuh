@@ -138,43 +138,43 @@ __device__ inline void load_keys(const RoutingSortArgs& a, int cta, int* keys, i
 enum : int { kScanBatch = 8 };
 
 // Each expert's first tile (tile_offsets, shared, E_local + 1 entries) from the per-expert counts in
-// count_s (shared, E_local entries); with `publish`, also the counts, offsets, padded offsets,
-// totals, the tile map and the padding rows in global memory. `scratch` holds 33 shared ints. Every
-// thread of the CTA (THREADS >= E_local) calls it; tile_offsets is complete after it returns.
+// count_s (shared, E_local entries); with `publish`, also the offsets, padded offsets and totals in
+// global memory. Then part `part` of `parts` of the tile map and of the padding rows: the scatter's
+// CTAs split them (CTA 0 writing all of them was ~4 us of DeepSeek-V3's critical path on an H200).
+// `scratch` holds 33 shared 64-bit values. Every thread of the CTA (THREADS >= E_local) calls it;
+// tile_offsets is complete after it returns.
 template <int THREADS>
 __device__ inline void write_offsets_and_tiles(const RoutingSortArgs& a, const int* count_s, int* tile_offsets,
-                                               int* scratch, bool publish = true) {
+                                               unsigned long long* scratch, bool publish, int part, int parts) {
   const int E = a.num_local_experts;
   const int tid = threadIdx.x;
   const int count = tid < E ? count_s[tid] : 0;
   const int tiles = (count + a.block_m - 1) / a.block_m;
-  int routed = 0;
-  int total_tiles = 0;
-  const int offset = publish ? block_exclusive_sum<THREADS>(count, scratch, &routed) : 0;
-  const int tile_offset = block_exclusive_sum<THREADS>(tiles, scratch, &total_tiles);
-  if (!publish) {
-    if (tid < E) tile_offsets[tid] = tile_offset;
-    if (tid == 0) tile_offsets[E] = total_tiles;
-    __syncthreads();
-    return;
-  }
-  if (tid < E) {
-    a.expert_counts[tid] = count;
-    a.expert_offsets[tid] = offset;
-    a.padded_offsets[tid] = tile_offset * a.block_m;
-    tile_offsets[tid] = tile_offset;
-  }
-  if (tid == 0) {
-    a.expert_offsets[E] = routed;
-    a.padded_offsets[E] = total_tiles * a.block_m;
-    tile_offsets[E] = total_tiles;
-    a.totals[0] = routed;
-    a.totals[1] = total_tiles * a.block_m;
-    a.totals[2] = total_tiles;
+  // Rows and tiles in one block scan: rows in the high word, tiles in the low word (both < 2^31).
+  unsigned long long total = 0;
+  const unsigned long long prefix = block_exclusive_sum<THREADS, unsigned long long>(
+      (static_cast<unsigned long long>(count) << 32) | static_cast<unsigned int>(tiles), scratch, &total);
+  const int tile_offset = static_cast<int>(prefix & 0xffffffffu);
+  const int total_tiles = static_cast<int>(total & 0xffffffffu);
+  if (tid < E) tile_offsets[tid] = tile_offset;
+  if (tid == 0) tile_offsets[E] = total_tiles;
+  if (publish) {
+    const int routed = static_cast<int>(total >> 32);
+    if (tid < E) {
+      a.expert_offsets[tid] = static_cast<int>(prefix >> 32);
+      a.padded_offsets[tid] = tile_offset * a.block_m;
+    }
+    if (tid == 0) {
+      a.expert_offsets[E] = routed;
+      a.padded_offsets[E] = total_tiles * a.block_m;
+      a.totals[0] = routed;
+      a.totals[1] = total_tiles * a.block_m;
+      a.totals[2] = total_tiles;
+    }
   }
   __syncthreads();
   // Tile map: each tile finds its expert by binary search.
-  for (int t = tid; t < total_tiles; t += THREADS) {
+  for (int t = part * THREADS + tid; t < total_tiles; t += parts * THREADS) {
     int lo = 0, hi = E - 1;  // last expert with tile_offsets[x] <= t (empty experts share offsets)
     while (lo < hi) {
       const int mid = (lo + hi + 1) >> 1;
@@ -187,19 +187,26 @@ __device__ inline void write_offsets_and_tiles(const RoutingSortArgs& a, const i
   // Padding rows (each expert's last tile past its count) get -1: one warp per expert, lanes on
   // consecutive rows. A thread per tile writing its own padding rows made every store touch 32
   // sectors and serialized ~60 of them per thread: 6-16 us of the scan at any M.
+  constexpr int kWarps = THREADS / 32;
   const int lane = tid & 31;
-  for (int x = tid >> 5; x < E; x += THREADS / 32) {
-    const long long end = static_cast<long long>(tile_offsets[x + 1]) * a.block_m;
-    for (long long r = static_cast<long long>(tile_offsets[x]) * a.block_m + count_s[x] + lane; r < end; r += 32)
-      a.gather_index[r] = -1;
+  for (int x = part * kWarps + (tid >> 5); x < E; x += parts * kWarps) {
+    const int end = tile_offsets[x + 1] * a.block_m;
+    for (int r = tile_offsets[x] * a.block_m + count_s[x] + lane; r < end; r += 32) a.gather_index[r] = -1;
   }
+}
+
+// The run's error bits: OR of every count CTA's (cta_flags), written by one warp of the scan.
+// `flags` is this lane's share, loaded early so the loads overlap the scan's own.
+__device__ inline void publish_error_flags(const RoutingSortArgs& a, unsigned int flags) {
+  flags = __reduce_or_sync(0xffffffffu, flags);
+  if ((threadIdx.x & 31) == 0) *a.error_flags = static_cast<int>(flags);
 }
 
 // The scan stage, routing_scan_ctas() CTAs of kThreads threads. CTA b takes local experts
 // [32b, 32b + 32): thread t works on expert 32b + t % 32 over chunk t / 32 of the CTA rows, so each
 // thread reads a handful of rows (8 at M = 8192) and the loads of one row are coalesced. It rewrites
 // cta_counts in place as each count CTA's first row inside its expert and writes the expert totals
-// to expert_counts; the scatter kernel turns those into offsets. (One CTA walking ~64 rows per
+// to expert_counts (the scatter kernel turns those into offsets) and, in CTA 0, the run's error bits. (One CTA walking ~64 rows per
 // thread was half of DeepSeek-V3's routing time at M = 8192; a last-CTA finisher put fences and an
 // atomic ticket on the critical path.) Shared memory: routing_scan_smem_bytes(kThreads).
 template <int kThreads>
@@ -236,7 +243,15 @@ __device__ inline void scan_columns(const RoutingSortArgs& a, int* smem) {
 #pragma unroll kScanBatch
     for (int c = cta_begin; c < cta_end; ++c) sum += column[c * E];
   }
+  // CTA 0's first warp also ORs the count CTAs' error bits (loads in flight with the rows above).
+  const bool flag_warp = blockIdx.x == 0 && tid < 32;
+  unsigned int flags = 0;
+  if (flag_warp) {
+#pragma unroll 8
+    for (int c = tid; c < a.num_ctas; c += 32) flags |= static_cast<unsigned int>(a.cta_flags[c]);
+  }
   chunk_sum[tid] = sum;  // = [chunk * width + column]
+  if (flag_warp) publish_error_flags(a, flags);
   __syncthreads();
   // 2. Exclusive prefix over chunks, per expert, by one warp per expert (a thread walking up to 128
   // chunks in shared memory cost ~2 us); the expert's total goes out for the finisher.
@@ -290,38 +305,25 @@ __device__ inline void scan_columns(const RoutingSortArgs& a, int* smem) {
 // The scatter stage, kRoutingScatterThreads keys per CTA. Every CTA derives each expert's padded
 // offset from the totals (a block scan over E_local) and places its keys: row = padded offset +
 // the key's CTA's first row inside the expert + its rank inside that CTA. CTA 0 also publishes the
-// offsets, totals, tile map, padding rows and the run's error bits. Shared memory:
+// offsets and totals; all CTAs share the tile map and the padding rows. Shared memory:
 // routing_scatter_smem_bytes(E_local).
 template <int TOPK, int TOKENS_PER_CTA>
 __device__ inline void scatter_all(const RoutingSortArgs& a, int* smem) {
   constexpr int kThreads = kRoutingScatterThreads;
   const int E = a.num_local_experts;
-  int* count_s = smem;                  // [E]
-  int* tile_offsets = count_s + E;      // [E + 1]
-  int* scratch = tile_offsets + E + 1;  // [33]
+  unsigned long long* scratch = reinterpret_cast<unsigned long long*>(smem);  // [33]
+  int* count_s = smem + 66;                                                  // [E]
+  int* tile_offsets = count_s + E;                                           // [E + 1]
   const int tid = threadIdx.x;
-  const bool first = blockIdx.x == 0;
-  int flags = 0;  // CTA 0: the run's error bits, OR of every count CTA's (loaded early)
-  if (first)
-    for (int c = tid; c < a.num_ctas; c += kThreads) flags |= a.cta_flags[c];
   const long long flat = static_cast<long long>(blockIdx.x) * kThreads + tid;
   const bool has_key = flat < static_cast<long long>(a.num_tokens) * TOPK;
-  const int info = has_key ? a.scatter_index[flat] : -1;  // loaded before the scan: overlaps it
+  const int info = has_key ? a.scatter_index[flat] : -1;  // loaded before the block scan: overlaps it
   const int cta = static_cast<int>(flat / (TOPK * TOKENS_PER_CTA));
   const int e = info >> kRoutingRankBits;
   const int cta_base = info >= 0 ? a.cta_counts[static_cast<long long>(cta) * E + e] : 0;
   for (int x = tid; x < E; x += kThreads) count_s[x] = a.expert_counts[x];
   __syncthreads();
-  write_offsets_and_tiles<kThreads>(a, count_s, tile_offsets, scratch, first);
-  if (first) {
-    flags = static_cast<int>(__reduce_or_sync(0xffffffffu, static_cast<unsigned int>(flags)));
-    __syncthreads();  // scratch is free again
-    if (tid == 0) scratch[0] = 0;
-    __syncthreads();
-    if ((tid & 31) == 0 && flags) atomicOr(&scratch[0], flags);
-    __syncthreads();
-    if (tid == 0) *a.error_flags = scratch[0];
-  }
+  write_offsets_and_tiles<kThreads>(a, count_s, tile_offsets, scratch, blockIdx.x == 0, blockIdx.x, gridDim.x);
   if (info < 0) return;  // no key here, or dropped (scatter_index stays -1)
   const int row = tile_offsets[e] * a.block_m + cta_base + (info & ((1 << kRoutingRankBits) - 1));
   a.gather_index[row] = static_cast<int>(flat);

@@ -30,7 +30,7 @@ struct RoutingSortArgs {
   int* tile_rows;          // [max_tiles] valid (non-padding) rows of tile t
   int* totals;             // [3]: routed rows, padded rows, tiles
   int* cta_flags;          // [num_ctas] workspace: each count CTA's RoutingErrorFlags
-  int* error_flags;        // [1] RoutingErrorFlags of the run (the scatter ORs cta_flags into it)
+  int* error_flags;        // [1] RoutingErrorFlags of the run (the scan ORs cta_flags into it)
 };
 
 // Threads per CTA of the scan and of the element-wise scatter kernel; experts per scan CTA (a warp
@@ -63,10 +63,10 @@ MOEJIT_HOST_DEVICE constexpr unsigned routing_rank_smem_bytes(int padded, int lo
 // Dynamic shared memory of a scan CTA of `threads` threads: chunk sums and bases.
 MOEJIT_HOST_DEVICE constexpr unsigned routing_scan_smem_bytes(int threads) { return static_cast<unsigned>(2 * threads * 4); }
 
-// Dynamic shared memory of a scatter CTA (and the shared part of the one-CTA route kernel): counts
-// (E), tile offsets (E + 1), block-scan scratch (33).
+// Dynamic shared memory of a scatter CTA: block-scan scratch (33 64-bit values, first: aligned),
+// counts (E), tile offsets (E + 1).
 MOEJIT_HOST_DEVICE constexpr unsigned routing_scatter_smem_bytes(int local_experts) {
-  return static_cast<unsigned>((2 * local_experts + 34) * 4);
+  return static_cast<unsigned>((66 + 2 * local_experts + 1) * 4);
 }
 
 }  // namespace moejit

@@ -87,12 +87,13 @@ __device__ inline void load_lane(const void* base, long long first, int first_ex
   for (int i = 0; i < EPL; ++i) out[i] = first_expert + i < E ? load_logit<LOGIT_DTYPE>(base, first + i) : neg_inf();
 }
 
-// Order-preserving map float -> uint32 (a > b  <=>  key(a) > key(b)); -0 maps like +0 because they
-// compare equal. Key 0 is below every float's key: it marks "not selectable".
+// Order-preserving map float -> uint32 (a > b  <=>  key(a) > key(b)): negative floats have every
+// bit flipped, others only the sign bit (one shift and one LOP3). Key 0 is below every non-NaN
+// float's key: it marks "not selectable". -0 would map one below +0; callers add +0.0f first
+// (select = score + bias, bias +0 when absent), which turns -0 into +0 so equal scores tie.
 __device__ inline unsigned int ordered_key(float f) {
-  unsigned int u = __float_as_uint(f);
-  if (u == 0x80000000u) u = 0;
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  const unsigned int u = __float_as_uint(f);
+  return u ^ (static_cast<unsigned int>(static_cast<int>(u) >> 31) | 0x80000000u);
 }
 __device__ inline float key_value(unsigned int k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
@@ -108,6 +109,7 @@ __device__ inline float fast_exp(float x) {
 // One MUFU.RCP instead of an IEEE division (~10 instructions with its slow-path check) per expert.
 __device__ inline float sigmoid(float x) { return __fdividef(1.f, 1.f + fast_exp(-x)); }
 
+// (A -0 maximum may come back as +0: the same value.)
 __device__ inline float warp_max(float v) { return key_value(__reduce_max_sync(0xffffffffu, ordered_key(v))); }
 
 __device__ inline float warp_sum(float v) {
@@ -219,13 +221,32 @@ __device__ inline void mask_groups(const float (&select)[EPL], unsigned int (&ke
       }
     }
     const float score = (biased && group_size > 1) ? first + second : first;
-    int rank = 0;  // groups ahead of g: higher score, or equal score and lower index
-#pragma unroll
-    for (int h = 0; h < N_GROUP; ++h) {
-      const float other = __shfl_sync(0xffffffffu, score, (h * lpg) & 31);
-      rank += (other > score || (other == score && h < g)) ? 1 : 0;
+    // Keep the TOPK_GROUP best groups: one redux + ballot per kept group (or per dropped group,
+    // whichever is fewer). Equal scores go to the lower group, i.e. the lower lane. (Counting each
+    // group's rank by N_GROUP shuffles and float compares cost ~75 instructions per token.)
+    const unsigned int gkey = ordered_key(score + 0.0f);
+    const bool real_group = g < N_GROUP;  // lanes past the last group (32 % lpg) hold no experts
+    bool keep;
+    if constexpr (TOPK_GROUP <= N_GROUP - TOPK_GROUP) {
+      keep = false;
+#pragma unroll 1
+      for (int t = 0; t < TOPK_GROUP; ++t) {
+        const unsigned int candidate = real_group && !keep ? gkey : 0u;
+        const unsigned int top = __reduce_max_sync(0xffffffffu, candidate);
+        const int first_lane = __ffs(__ballot_sync(0xffffffffu, real_group && !keep && gkey == top)) - 1;
+        keep = keep || g == first_lane / lpg;
+      }
+    } else {
+      keep = real_group;
+#pragma unroll 1
+      for (int t = 0; t < N_GROUP - TOPK_GROUP; ++t) {  // drop the worst: lowest score, then highest group
+        const unsigned int candidate = keep ? gkey : 0xffffffffu;
+        const unsigned int bottom = __reduce_min_sync(0xffffffffu, candidate);
+        const int last_lane = 31 - __clz(__ballot_sync(0xffffffffu, keep && gkey == bottom));
+        keep = keep && g != last_lane / lpg;
+      }
     }
-    if (g >= N_GROUP || rank >= TOPK_GROUP) {
+    if (!keep) {
 #pragma unroll
       for (int i = 0; i < EPL; ++i) key[i] = 0;
     }

@@ -163,6 +163,11 @@ TEST_CASE("routing_topk: grouped top-k with correction bias and scaling (DeepSee
   v2.top_k = 6;
   v2.routed_scaling_factor = 1.f;
   CHECK(run_case(rt, {v2, 333, false}, rng) == "");
+  RouterConfig most = v3;  // keeps 6 of 8 groups: chosen by dropping the two worst
+  most.num_experts = 64;
+  most.topk_group = 6;
+  most.top_k = 6;
+  for (int tokens : {5, 257}) CHECK(run_case(rt, {most, tokens, true}, rng) == "");
   RouterConfig llama4{.num_experts = 128, .top_k = 1, .scoring = Scoring::Sigmoid, .renormalize = false};
   CHECK(run_case(rt, {llama4, 777, false}, rng) == "");
   CHECK(run_case(rt, {v3, 0, true}, rng) == "");
@@ -211,6 +216,25 @@ TEST_CASE("routing_topk: ties go to the lower expert id") {
   std::vector<int> ids(K);
   MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(ids.data(), reinterpret_cast<CUdeviceptr>(out.topk_ids), K * 4));
   CHECK(ids == std::vector<int>{40, 0, 1, 2, 3, 4});
+
+  // Grouped: group 7 scores highest, groups 0..6 tie. Keeping 2 of 8 groups (chosen best-first)
+  // keeps groups 7 and 0; keeping 6 (chosen by dropping the worst, ties dropping the higher group)
+  // drops 6 and 5. Either way the picks are group 7's experts, then the lowest ids.
+  const int GE = 64, GK = 12;
+  std::vector<float> grouped(GE, 0.5f);
+  for (int e = 56; e < 64; ++e) grouped[e] = 1.f;
+  DeviceBuffer dg = DeviceBuffer::from(api, grouped);
+  for (int keep : {2, 6}) {
+    INFO("topk_group=" << keep);
+    Router gr(rt, {.num_experts = GE, .top_k = GK, .scoring = Scoring::Sigmoid, .n_group = 8, .topk_group = keep,
+                   .logit_type = LogitType::F32});
+    DeviceBuffer gws(api, gr.workspace_bytes(1));
+    auto gout = gr.carve(gws.ptr(), 1);
+    gr.route(nullptr, dg.ptr(), GE, 0, 0, 1, 1, gout);
+    std::vector<int> gids(GK);
+    MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(gids.data(), reinterpret_cast<CUdeviceptr>(gout.topk_ids), GK * 4));
+    CHECK(gids == std::vector<int>{56, 57, 58, 59, 60, 61, 62, 63, 0, 1, 2, 3});
+  }
 }
 
 TEST_CASE("Router: bad input is a clear error before any launch") {
