@@ -19,11 +19,16 @@ namespace routing_fused_detail {
 
 constexpr int kThreads = kRoutingFusedThreads;
 
-// Top-k of the CTA's tokens, then their keys (local experts; -1 for the masked tail and dropped
-// experts) in keys[PADDED]. Ends with the barrier that makes keys visible.
+// The first half of both kernels: top-k of CTA `cta`'s tokens, their keys (local experts; -1 for
+// the masked tail and dropped experts) in keys[PADDED], then each key's stable rank inside its
+// expert and the CTA's count per expert (routing_sort's rank_cta). Invalid ids set bits in *flags.
 template <int TOPK, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
           int LOGIT_DTYPE, int TOKENS, int PADDED>
-__device__ inline void select_keys(const RoutingFusedArgs& args, int cta, int* keys, int* flags) {
+__device__ inline void select_and_rank(const RoutingFusedArgs& args, int cta, int* keys, int* rank,
+                                       unsigned short* table, int* expert_total, int* flags) {
+  static_assert(routing_sort_detail::Shape<TOPK, TOKENS, PADDED>::BLOCK > 0, "shape checks");
+  if (threadIdx.x == 0) *flags = 0;
+  __syncthreads();
   const int lane = threadIdx.x & 31;
   const int first_token = cta * TOKENS;
   const int tokens = min(TOKENS, args.topk.num_tokens - first_token);
@@ -33,7 +38,8 @@ __device__ inline void select_keys(const RoutingFusedArgs& args, int cta, int* k
                                                        TOPK_GROUP, LOGIT_DTYPE>(args.topk, first_token + t, lane);
     if (lane < TOPK) keys[t * TOPK + lane] = routing_sort_detail::local_expert(args.sort, id, flags);
   }
-  __syncthreads();
+  // rank_cta starts with the barrier that makes keys visible.
+  routing_sort_detail::rank_cta<PADDED, kThreads>(keys, rank, table, expert_total, args.sort.num_local_experts);
 }
 
 }  // namespace routing_fused_detail
@@ -42,7 +48,6 @@ template <int TOPK, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING, bool REN
           int LOGIT_DTYPE, int TOKENS, int PADDED>
 __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_fused_kernel(const RoutingFusedArgs args) {
   constexpr int kThreads = routing_fused_detail::kThreads;
-  static_assert(routing_sort_detail::Shape<TOPK, TOKENS, PADDED>::BLOCK > 0, "shape checks");
   __shared__ int keys[PADDED];
   __shared__ int rank[PADDED];
   __shared__ unsigned long long scratch[33];  // block-scan scratch
@@ -53,11 +58,8 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_fused_
   int* expert_total = smem;                  // [E]
   int* tile_offsets = smem + E;              // [E + 1]
   unsigned short* table = reinterpret_cast<unsigned short*>(smem + 2 * E + 1);
-  if (threadIdx.x == 0) flags = 0;
-  __syncthreads();
-  routing_fused_detail::select_keys<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE,
-                                    TOKENS, PADDED>(args, 0, keys, &flags);
-  routing_sort_detail::rank_cta<PADDED, kThreads>(keys, rank, table, expert_total, E);
+  routing_fused_detail::select_and_rank<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP,
+                                        LOGIT_DTYPE, TOKENS, PADDED>(args, 0, keys, rank, table, expert_total, &flags);
   for (int e = threadIdx.x; e < E; e += kThreads) s.expert_counts[e] = expert_total[e];
   routing_sort_detail::write_offsets_and_tiles<kThreads>(s, expert_total, tile_offsets, scratch, true, 0, 1);
   // Rows straight from shared memory: padded offset (tile offset * block_m) + rank.
@@ -79,20 +81,16 @@ template <int TOPK, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING, bool REN
           int LOGIT_DTYPE, int TOKENS, int PADDED>
 __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_topk_rank_kernel(const RoutingFusedArgs args) {
   constexpr int kThreads = routing_fused_detail::kThreads;
-  static_assert(routing_sort_detail::Shape<TOPK, TOKENS, PADDED>::BLOCK > 0, "shape checks");
   __shared__ int keys[PADDED];
   __shared__ int rank[PADDED];
   __shared__ int flags;
   extern __shared__ int smem[];  // routing_rank_smem_bytes(PADDED, E_local)
-  const int E = args.sort.num_local_experts;
   int* expert_total = smem;
-  unsigned short* table = reinterpret_cast<unsigned short*>(smem + E);
+  unsigned short* table = reinterpret_cast<unsigned short*>(smem + args.sort.num_local_experts);
   routing_sort_detail::allow_next_kernel();  // the scan waits for this kernel on the device
-  if (threadIdx.x == 0) flags = 0;
-  __syncthreads();
-  routing_fused_detail::select_keys<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE,
-                                    TOKENS, PADDED>(args, blockIdx.x, keys, &flags);
-  routing_sort_detail::rank_cta<PADDED, kThreads>(keys, rank, table, expert_total, E);
+  routing_fused_detail::select_and_rank<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP,
+                                        LOGIT_DTYPE, TOKENS, PADDED>(args, blockIdx.x, keys, rank, table, expert_total,
+                                                                     &flags);
   routing_sort_detail::publish_cta<TOPK, TOKENS, kThreads>(args.sort, blockIdx.x, keys, rank, expert_total, flags);
 }
 
