@@ -20,7 +20,8 @@ int rows_per_expert(const MoeSpec& spec, long long num_tokens) {
 
 std::string MoeTileConfig::describe() const {
   auto tile = [](const GemmTile& t) {
-    return fmt::format("bn{} bk{} w{}x{} s{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages);
+    return fmt::format("bn{} bk{} w{}x{} s{}{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages,
+                       t.split_k ? fmt::format(" k/{}", t.split_k) : std::string());
   };
   return fmt::format("bm{} gemm1[{}] gemm2[{}]", block_m, tile(gemm1), tile(gemm2));
 }

@@ -15,6 +15,9 @@ struct GemmTile {
   int warps_m = 2;
   int warps_n = 2;
   int stages = 3;
+  // Splits of the k loop (a launch parameter, not a kernel parameter): 0 = chosen at launch (decode
+  // grids smaller than the SM count, fast reduce mode only), 1 = none, n = n splits (<= kMoeMaxSplitK).
+  int split_k = 0;
   bool operator==(const GemmTile&) const = default;
 };
 
@@ -29,6 +32,8 @@ struct MoeTileConfig {
 // Bounds of block_m over every config: the routing workspace is sized for them.
 constexpr int kMoeMinBlockM = 16;
 constexpr int kMoeMaxBlockM = 128;
+// Most splits of a GEMM's k loop (GEMM1's partial-sum workspace is sized for it).
+constexpr int kMoeMaxSplitK = 8;
 
 // Picks by rows per local expert (num_tokens * top_k / local experts): small tiles that keep every
 // SM streaming weights for decode, 128-row tiles for prefill.

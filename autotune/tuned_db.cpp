@@ -39,8 +39,10 @@ std::string tuned_shape_key(const MoeSpec& s) {
 
 namespace {
 nlohmann::json tile_to_json(const GemmTile& t) {
-  return {{"block_n", t.block_n}, {"block_k", t.block_k}, {"warps_m", t.warps_m}, {"warps_n", t.warps_n},
-          {"stages", t.stages}};
+  nlohmann::json j = {{"block_n", t.block_n}, {"block_k", t.block_k}, {"warps_m", t.warps_m}, {"warps_n", t.warps_n},
+                      {"stages", t.stages}};
+  if (t.split_k) j["split_k"] = t.split_k;  // absent = 0 (chosen at launch)
+  return j;
 }
 GemmTile tile_from_json(const nlohmann::json& j) {
   GemmTile t;
@@ -49,6 +51,7 @@ GemmTile tile_from_json(const nlohmann::json& j) {
   t.warps_m = j.at("warps_m").get<int>();
   t.warps_n = j.at("warps_n").get<int>();
   t.stages = j.at("stages").get<int>();
+  t.split_k = j.value("split_k", 0);
   return t;
 }
 }  // namespace

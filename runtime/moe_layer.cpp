@@ -39,6 +39,36 @@ std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
   return q == kQuantFp8Block ? (cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize : q == kQuantFp8Channel ? 1 : 0;
 }
 
+// GEMM1's split-K partial sums ([kMoeMaxSplitK][M * top_k][W1 rows] fp32) are reserved only while
+// they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.
+constexpr std::size_t kSplitKPartialCapBytes = std::size_t(16) << 20;
+
+// CTAs of `kernel` one SM holds at once (threads, registers, shared memory): split-K fills one wave.
+int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device) {
+  constexpr int kThreadsPerSm = 2048, kRegistersPerSm = 65536, kReservedSmemPerCta = 1024;
+  const int regs = std::max(8, (kernel.resources().registers + 7) / 8 * 8);
+  const int by_threads = kThreadsPerSm / static_cast<int>(threads);
+  const int by_regs = kRegistersPerSm / (regs * static_cast<int>(threads));
+  const int smem = static_cast<int>(dynamic_smem) + kernel.resources().static_shared_bytes + kReservedSmemPerCta;
+  const int by_smem = device.shared_per_sm > 0 ? device.shared_per_sm / smem : by_threads;
+  return std::max(1, std::min({by_threads, by_regs, by_smem}));
+}
+
+// Splits of a GEMM's k loop of `k_tiles` tiles over a grid of `ctas` CTAs: `requested` when set
+// (GemmTile::split_k), else as many as keep the grid within one wave (`resident` CTAs at once),
+// each split keeping at least `stages` k tiles (a full ring). Never an empty split. (A blanket
+// "two CTAs per SM" made gpt-oss's GEMM1 at M = 1, one 128 KiB CTA per SM, run three waves.)
+int split_k_for(int requested, long long ctas, int k_tiles, int stages, long long resident) {
+  int splits = requested;
+  if (splits == 0) {
+    splits = static_cast<int>(std::clamp<long long>(resident / std::max(1LL, ctas), 1, kMoeMaxSplitK));
+    splits = std::min(splits, std::max(1, k_tiles / stages));
+  }
+  splits = std::clamp(splits, 1, std::max(1, k_tiles));
+  const int per = (k_tiles + splits - 1) / splits;
+  return (k_tiles + per - 1) / per;
+}
+
 unsigned elementwise_blocks(long long work_items, int threads) {
   return static_cast<unsigned>(std::clamp<long long>((work_items + threads - 1) / threads, 1, kMaxElementwiseBlocks));
 }
@@ -62,6 +92,11 @@ struct MoeLayer::Workspace {
   CUdeviceptr gemm1_out = 0;     // unfused only
   CUdeviceptr intermediate = 0;
   CUdeviceptr slots = 0;         // fp32: [M, K] accumulator (fast) or [M * top_k, K] rows
+  // Fast mode: GEMM1 split-K arrival counters (right after slots: one memset zeroes both) and
+  // partial sums, when M is small enough to reserve them (gemm1_split).
+  CUdeviceptr split_counters = 0, split_partial = 0;
+  std::size_t zeroed_bytes = 0;  // slots .. end of the counters
+  bool gemm1_split = false;
   // w8a8: e4m3 copies of X and of the intermediate, and their scales.
   CUdeviceptr hidden_q = 0, hidden_scale = 0, intermediate_q = 0, intermediate_scale = 0;
   std::size_t total = 0;
@@ -231,7 +266,23 @@ MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
   if (!spec_.fused) take(w.gemm1_out, w.max_rows * spec_.w1_rows() * elem);
   take(w.intermediate, w.max_rows * N * elem);
   const bool accumulator = spec_.fused && spec_.reduce == ReduceMode::Fast;
+  const std::size_t slots_at = offset;
   take(w.slots, (accumulator ? M : M * spec_.top_k) * K * sizeof(float));
+  w.zeroed_bytes = offset - slots_at;
+  // GEMM1 split-K is possible up to split_tokens tokens; its buffers are sized for min(M, that), so
+  // that the workspace never shrinks as M grows (callers size it for their largest batch).
+  const std::size_t partial_per_token = kMoeMaxSplitK * spec_.top_k * spec_.w1_rows() * sizeof(float);
+  const std::size_t split_tokens = std::min<std::size_t>(M, kSplitKPartialCapBytes / partial_per_token);
+  if (accumulator && split_tokens > 0) {
+    w.gemm1_split = M <= split_tokens;
+    // One counter per (row tile, column tile) of any config: most tiles at block_m 16, most column
+    // tiles at block_n 16.
+    const std::size_t rows = split_tokens * spec_.top_k;
+    const std::size_t tiles = rows / kMoeMinBlockM + std::min<std::size_t>(rows, spec_.local_experts()) + 1;
+    take(w.split_counters, tiles * ((spec_.w1_rows() + 15) / 16) * sizeof(int));
+    w.zeroed_bytes = offset - slots_at;
+    take(w.split_partial, split_tokens * partial_per_token);
+  }
   if (quant_is_fp8(spec_.quant)) {
     take(w.hidden_q, M * K);
     take(w.hidden_scale, M * act_scales_per_row(spec_.quant, K) * sizeof(float));
@@ -259,10 +310,20 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
                  "moe: stage hooks need the unfused mode (MoeSpec::fused = false); the fused layer has no stages");
   MOEJIT_REQUIRE(config.block_m >= kMoeMinBlockM && config.block_m <= kMoeMaxBlockM,
                  "moe: tile config {} has block_m outside [{}, {}]", config.describe(), kMoeMinBlockM, kMoeMaxBlockM);
+  for (const GemmTile* t : {&config.gemm1, &config.gemm2})
+    MOEJIT_REQUIRE(t->split_k >= 0 && t->split_k <= kMoeMaxSplitK, "moe: tile config {} asks for split_k = {}; 0..{} allowed",
+                   config.describe(), t->split_k, kMoeMaxSplitK);
+  MOEJIT_REQUIRE((config.gemm1.split_k <= 1 && config.gemm2.split_k <= 1) || (spec_.fused && spec_.reduce == ReduceMode::Fast),
+                 "moe: split-K (tile config {}) needs the fused layer in the fast reduce mode: the deterministic "
+                 "mode's sums must not depend on the batch", config.describe());
   const int m = static_cast<int>(args.hidden.shape[0]);
   if (m == 0) return;  // nothing to route or compute; out has no rows
   const Kernels& k = kernels_for(config);
   const Workspace w = carve(args, m);
+  MOEJIT_REQUIRE(config.gemm1.split_k <= 1 || w.gemm1_split,
+                 "moe: tile config {} splits GEMM1's k loop, but M = {} is too large for its partial-sum workspace "
+                 "(split-K is reserved for M * top_k * W1 rows * {} * 4 <= {} bytes)",
+                 config.describe(), m, kMoeMaxSplitK, kSplitKPartialCapBytes);
   const int bm = config.block_m;
   // Grid bound on row tiles: every non-empty expert pads at most bm - 1 rows, and at most
   // min(E_local, M * top_k) experts are non-empty. (With E_local alone, a decode step launched
@@ -357,8 +418,29 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.alpha = spec_.swiglu_alpha;
   g.limit = spec_.swiglu_limit;
   auto grid_x = [](int cols, int block_n) { return unsigned((cols + block_n - 1) / block_n); };
-  k.gemm1->launch(stream, {grid_x(g.n_out, config.gemm1.block_n), unsigned(max_tiles), 1, k.gemm1_threads, 1, 1,
-                           k.gemm1_smem}, g);
+  const bool atomic = spec_.fused && spec_.reduce == ReduceMode::Fast;
+  auto& api = runtime_.driver();
+  // Fast mode zeroes the fp32 accumulator (and GEMM1's split-K counters) before GEMM1.
+  if (atomic) MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.slots, 0, w.zeroed_bytes / 4, stream));
+  const DeviceInfo& device = runtime_.device().info();
+  // Split-K (fast mode): decode grids leave most SMs idle while a few CTAs stream the weights.
+  auto split = [&](const GemmTile& t, const Kernel& kernel, unsigned threads, unsigned smem, unsigned gx, int inner,
+                   bool allowed) {
+    if (!allowed) return 1;
+    const int k_tiles = (inner + t.block_k - 1) / t.block_k;
+    const long long resident = static_cast<long long>(device.sm_count) * resident_ctas_per_sm(kernel, threads, smem, device);
+    return split_k_for(t.split_k, static_cast<long long>(gx) * max_tiles, k_tiles, t.stages, resident);
+  };
+  const unsigned gx1 = grid_x(g.n_out, config.gemm1.block_n);
+  const int splits1 = split(config.gemm1, *k.gemm1, k.gemm1_threads, k.gemm1_smem, gx1, g.inner, w.gemm1_split);
+  if (splits1 > 1) {
+    const int k_tiles = (g.inner + config.gemm1.block_k - 1) / config.gemm1.block_k;
+    g.k_tiles_per_split = (k_tiles + splits1 - 1) / splits1;
+    g.split_partial = reinterpret_cast<float*>(w.split_partial);
+    g.split_counters = reinterpret_cast<int*>(w.split_counters);
+    g.split_stride = static_cast<long long>(m) * spec_.top_k * spec_.w1_rows();
+  }
+  k.gemm1->launch(stream, {gx1, unsigned(max_tiles), unsigned(splits1), k.gemm1_threads, 1, 1, k.gemm1_smem}, g);
   if (!spec_.fused) {
     if (hooks && hooks->after_gemm1) hooks->after_gemm1(stream, stage);
     MoeActivationArgs a{};
@@ -378,10 +460,6 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   }
 
   // GEMM2 and the top-k reduction.
-  const bool atomic = spec_.fused && spec_.reduce == ReduceMode::Fast;
-  auto& api = runtime_.driver();
-  if (atomic)
-    MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.slots, 0, std::size_t(m) * spec_.hidden, stream));
   if (fp8) {
     quantize(w.intermediate, spec_.intermediate, w.intermediate_q, w.intermediate_scale, spec_.intermediate,
              max_tiles * bm, sort.totals, sort.gather_index, args.a2_scale);
@@ -400,8 +478,13 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.c = reinterpret_cast<void*>(w.slots);
   g.ldc = spec_.hidden;
   g.inner = spec_.intermediate;
-  k.gemm2->launch(stream, {grid_x(g.n_out, config.gemm2.block_n), unsigned(max_tiles), 1, k.gemm2_threads, 1, 1,
-                           k.gemm2_smem}, g);
+  g.split_partial = nullptr;
+  g.split_counters = nullptr;
+  const unsigned gx2 = grid_x(g.n_out, config.gemm2.block_n);
+  const int splits2 = split(config.gemm2, *k.gemm2, k.gemm2_threads, k.gemm2_smem, gx2, g.inner, atomic);
+  const int k_tiles2 = (g.inner + config.gemm2.block_k - 1) / config.gemm2.block_k;
+  g.k_tiles_per_split = splits2 > 1 ? (k_tiles2 + splits2 - 1) / splits2 : 0;
+  k.gemm2->launch(stream, {gx2, unsigned(max_tiles), unsigned(splits2), k.gemm2_threads, 1, 1, k.gemm2_smem}, g);
   if (!spec_.fused && hooks && hooks->after_gemm2) hooks->after_gemm2(stream, stage);
   MoeReduceArgs r{};
   r.in = reinterpret_cast<const float*>(w.slots);

@@ -51,6 +51,15 @@ struct MoeGemmArgs {
   const unsigned char* b_zero;      // int4 zero points, indexed as the scales; null = 8 (symmetric)
   const float* a_scale;             // fp8: activation scales [A rows, a_scale_ld]; ld 0 = one scale
   long long a_scale_ld;
+  // Split-K (grid z = splits > 1; fast mode only): split z reduces k tiles [z * k_tiles_per_split,
+  // +k_tiles_per_split). GEMM2 (atomic role) adds each split's part (bias from split 0). GEMM1 parks
+  // raw fp32 sums in split_partial [splits][num_tokens * top_k][G * n_out] by routed slot; the last
+  // split to arrive at a tile (split_counters [tiles][grid x], zero before the launch) adds them in
+  // split order and runs the epilogue. k_tiles_per_split 0 = not split.
+  int k_tiles_per_split;
+  float* split_partial;
+  int* split_counters;
+  long long split_stride;  // floats between splits of split_partial
 };
 
 // Dynamic shared memory of one instance: STAGES ring slots of an A tile [BLOCK_M, BLOCK_K] and a B
@@ -78,7 +87,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_gemm_max_accumulators(bool gated, int quant
 }
 
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays
-// (s_slot, s_arow, s_weight in moe_gemm_sm80.cuh: 3 x 4 bytes per row).
-MOEJIT_HOST_DEVICE constexpr int moe_gemm_static_smem_bytes(int block_m) { return 12 * block_m; }
+// (s_slot, s_arow, s_weight in moe_gemm_sm80.cuh: 3 x 4 bytes per row) and split-K's flag (16).
+MOEJIT_HOST_DEVICE constexpr int moe_gemm_static_smem_bytes(int block_m) { return 12 * block_m + 16; }
 
 }  // namespace moejit

@@ -52,6 +52,63 @@ __device__ inline void zero_fragments(float (&f)[S][M][N][4]) {
         for (int e = 0; e < 4; ++e) f[s][m][n][e] = 0.f;
 }
 
+// Split-K GEMM1, one pass over this lane's valid outputs: park this split's raw sums by routed slot
+// (SUM = false), or add every split's sums in split order into acc (SUM = true).
+template <bool SUM, int G, int MI, int NI, int WM, int WN>
+__device__ inline void split_k_pass(const MoeGemmArgs& args, float (&acc)[G][MI][NI][4], const int* s_slot, int n0,
+                                    int wm, int wn, int lane) {
+  const long long row_floats = static_cast<long long>(G) * args.n_out;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int g = s_slot[wm * WM + mi * 16 + (lane >> 2) + h * 8];
+      if (g < 0) continue;
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        const int col = n0 + wn * WN + ni * 8 + (lane & 3) * 2;
+        if (col >= args.n_out) continue;
+#pragma unroll
+        for (int s = 0; s < G; ++s) {
+          const long long at = g * row_floats + s * args.n_out + col;
+          float* e = &acc[s][mi][ni][2 * h];
+          if constexpr (SUM) {
+            float2 sum = make_float2(0.f, 0.f);
+            for (int z = 0; z < static_cast<int>(gridDim.z); ++z) {
+              const float2 p = __ldcg(reinterpret_cast<const float2*>(args.split_partial + z * args.split_stride + at));
+              sum.x += p.x;
+              sum.y += p.y;
+            }
+            e[0] = sum.x;
+            e[1] = sum.y;
+          } else {
+            *reinterpret_cast<float2*>(args.split_partial + blockIdx.z * args.split_stride + at) = make_float2(e[0], e[1]);
+          }
+        }
+      }
+    }
+}
+
+// Split-K GEMM1 (gridDim.z > 1): parks this split's sums, then the last split to arrive at the tile
+// adds all splits' sums in split order into acc (the same answer whichever arrives last) and returns
+// true to run the epilogue; the others return false and exit. Threadfence pattern: partials stored,
+// fence, barrier, one atomic per CTA; the last CTA reads the others' partials from L2 (__ldcg).
+template <int G, int MI, int NI, int WM, int WN>
+__device__ inline bool split_k_finish(const MoeGemmArgs& args, float (&acc)[G][MI][NI][4], const int* s_slot, int tile,
+                                      int n0, int wm, int wn, int lane) {
+  __shared__ int s_last;
+  split_k_pass<false, G, MI, NI, WM, WN>(args, acc, s_slot, n0, wm, wn, lane);
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0)
+    s_last = atomicAdd(args.split_counters + tile * gridDim.x + blockIdx.x, 1) == static_cast<int>(gridDim.z) - 1;
+  __syncthreads();
+  if (!s_last) return false;
+  __threadfence();
+  split_k_pass<true, G, MI, NI, WM, WN>(args, acc, s_slot, n0, wm, wn, lane);
+  return true;
+}
+
 }  // namespace moe_gemm_detail
 
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int BLOCK_K, int WARPS_M, int WARPS_N,
@@ -104,7 +161,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   __shared__ int s_slot[BLOCK_M];     // token * top_k + slot, -1 = padding row
   __shared__ int s_arow[BLOCK_M];     // row of A to read, -1 = zeros
   __shared__ float s_weight[BLOCK_M];
-  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) == moe_gemm_static_smem_bytes(BLOCK_M),
+  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) + 16 == moe_gemm_static_smem_bytes(BLOCK_M),
                 "the host sizes shared memory with moe_gemm_static_smem_bytes");
 
   for (int i = tid; i < BLOCK_M; i += THREADS) {
@@ -118,6 +175,10 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   const unsigned char* a_base = static_cast<const unsigned char*>(args.a);
   const unsigned char* b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride;
   const int k_tiles = (args.inner + BLOCK_K - 1) / BLOCK_K;
+  // Split-K: this CTA's k tiles (the host sizes splits so that none is empty).
+  const int per_split = args.k_tiles_per_split > 0 ? args.k_tiles_per_split : k_tiles;
+  const int kt_begin = blockIdx.z * per_split;
+  const int local_tiles = min(k_tiles, kt_begin + per_split) - kt_begin;
 
   // Weight row feeding smem B row r (gate rows, then up rows), or -1 past the output columns.
   auto weight_row = [&](int r) {
@@ -213,11 +274,12 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
 
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < k_tiles) load_stage(s, s);
+    if (s < local_tiles) load_stage(s, kt_begin + s);
     sm80::cp_async_commit();
   }
 
-  for (int kt = 0; kt < k_tiles; ++kt) {
+  for (int i = 0; i < local_tiles; ++i) {
+    const int kt = kt_begin + i;  // k tile; i is its ring position
     // Block scales of this k tile, fetched before the wait so their latency overlaps it.
     float a_sc[BLOCK_SCALED ? MI : 1][2], b_sc[BLOCK_SCALED ? G : 1][BLOCK_SCALED ? NI : 1];
     if constexpr (BLOCK_SCALED) {
@@ -239,16 +301,16 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
     }
     sm80::cp_async_wait<STAGES - 2>();
     __syncthreads();  // slot kt ready for all; slot kt-1 (and the DTYPE B tile) no longer read by anyone
-    const int next = kt + STAGES - 1;
-    if (next < k_tiles) load_stage(next % STAGES, next);
+    const int next = i + STAGES - 1;
+    if (next < local_tiles) load_stage(next % STAGES, kt_begin + next);
     sm80::cp_async_commit();
     if constexpr (DEQUANT) {
-      dequantize_stage(kt % STAGES, kt);
+      dequantize_stage(i % STAGES, kt);
       __syncthreads();  // the DTYPE B tile is complete
     }
 
-    const unsigned char* sa = s_a + (kt % STAGES) * A_STAGE;
-    const unsigned char* sb = DEQUANT ? s_bd : s_b + (kt % STAGES) * B_STAGE;
+    const unsigned char* sa = s_a + (i % STAGES) * A_STAGE;
+    const unsigned char* sb = DEQUANT ? s_bd : s_b + (i % STAGES) * B_STAGE;
     // fp8 mma.sync is not native on sm_90 (each one becomes conversions + f16 mma): unrolling the
     // whole k tile there keeps every converted fragment live and spills.
 #pragma unroll(FP8 ? 1 : (KU / 16 > 4 ? 4 : KU / 16))
@@ -297,6 +359,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
     }
   }
   sm80::cp_async_wait<0>();
+  if constexpr (ROLE == kRoleGemm1) {
+    if (gridDim.z > 1 && !split_k_finish<G, MI, NI, WM, WN>(args, acc, s_slot, tile, n0, wm, wn, lane)) return;
+  }
   // Per-output-row weight scales (int8, fp8 channel / tensor) of the tile's B rows, staged in the
   // (now idle) ring: loading them per fragment in the epilogue cost registers (spills).
   float* s_col_scale = reinterpret_cast<float*>(smem_raw);  // [B_ROWS]
@@ -311,7 +376,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   }
 
   // Epilogue straight from the C fragments: lane holds rows lane/4 (+8), columns 2*(lane%4) (+1).
-  const float* bias = args.bias ? args.bias + expert * args.bias_expert_stride : nullptr;
+  // Split-K GEMM2 adds every split's part: the bias comes with split 0's only.
+  const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
+                                                                           : nullptr;
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll

@@ -32,6 +32,7 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
   for (const auto& c : moe_model_cases()) add(c);
   for (const auto& c : moe_mode_cases()) add(c);
   for (const auto& c : moe_quant_cases()) add(c);
+  for (const auto& c : moe_split_k_cases()) add(c);
   auto sweep = moe_tile_sweep_cases();
   for (auto& c : moe_quant_tile_sweep_cases(227 * 1024, "sm_90a")) sweep.push_back(std::move(c));
   for (const auto& c : sweep)
@@ -140,6 +141,23 @@ TEST_CASE("moe: forward arguments are checked before any launch (no GPU needed)"
   ep.num_local_experts = 8;
   MoeLayer ep_layer(rt, ep);
   CHECK(check_error(ep_layer, fake_args(ep_layer, m)).find("expert_map is required") != std::string::npos);
+}
+
+TEST_CASE("moe: the workspace never shrinks as M grows (split-K buffers included)") {
+  Runtime rt(test_options(""));
+  for (const auto& c : moe_model_cases())
+    for (ReduceMode mode : {ReduceMode::Fast, ReduceMode::Deterministic}) {
+      MoeSpec s = c.spec;
+      s.reduce = mode;
+      MoeLayer layer(rt, s);
+      std::size_t previous = 0;
+      for (int m = 0; m <= 4096; m = m < 64 ? m + 1 : m * 5 / 4) {
+        const std::size_t bytes = layer.workspace_bytes(m);
+        INFO(fmt::format("{} M={}: {} bytes after {}", s.describe(), m, bytes, previous));
+        CHECK(bytes >= previous);
+        previous = bytes;
+      }
+    }
 }
 
 TEST_CASE("moe: tile heuristic stays in bounds and prepare() covers every config it returns") {

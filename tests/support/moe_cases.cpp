@@ -193,6 +193,28 @@ std::vector<MoeCase> moe_quant_cases() {
   return out;
 }
 
+std::vector<MoeCase> moe_split_k_cases() {
+  auto layer = [](MoeActivation act, MoeDType dtype, MoeQuant quant, int hidden, int intermediate) {
+    MoeSpec s;
+    s.num_experts = 8;
+    s.top_k = 2;
+    s.hidden = hidden;
+    s.intermediate = intermediate;
+    s.activation = act;
+    s.dtype = dtype;
+    s.quant = quant;
+    s.has_bias = quant == kQuantNone || quant == kQuantMxfp4;
+    return MoeCase{fmt::format("split-K {}", s.describe()), s, {1, 3, 17}};
+  };
+  return {
+      layer(kActSiluMul, kDTypeBF16, kQuantNone, 1000, 336),   // K and N tails
+      layer(kActSwigluOai, kDTypeF16, kQuantNone, 1000, 336),  // interleaved gate/up
+      layer(kActRelu2, kDTypeBF16, kQuantNone, 1000, 336),     // one input per column
+      layer(kActSiluMul, kDTypeBF16, kQuantFp8Block, 1024, 384),
+      layer(kActSwigluOai, kDTypeBF16, kQuantMxfp4, 1024, 352),
+  };
+}
+
 namespace {
 // Every candidate of the tuner's space for each block_m (the heuristic's tiles for the other GEMM).
 void add_tile_sweep(const MoeSpec& spec, std::initializer_list<int> block_ms, const DeviceLimits& limits,

@@ -27,6 +27,10 @@ std::vector<MoeCase> moe_mode_cases();
 // bias, unfused, deterministic), gpt-oss-20b in MXFP4 and a DeepSeek-V3-like fp8_block layer.
 std::vector<MoeCase> moe_quant_cases();
 
+// Split-K (fast mode) layers: E=8, top_k=2 with K / N tails; silu_mul, swigluoai and relu2 with
+// biases, block-scaled fp8 and MXFP4 weights. Tokens 1, 3, 17.
+std::vector<MoeCase> moe_split_k_cases();
+
 // Every tile config the tuner may pick (for a device with 227 KiB of shared memory per CTA), on
 // layers with K and N tails, gated and not: each must compute the same function.
 struct MoeTileCase {
