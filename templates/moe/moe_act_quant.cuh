@@ -5,6 +5,7 @@
 // consecutive columns (8 bytes) per step; the second pass re-reads the group from L1.
 #pragma once
 
+#include "common/dependent_launch.cuh"
 #include "common/mma_sm80.cuh"
 #include "moe/moe_epilogue_args.cuh"
 #include "moe/quant_kinds.cuh"
@@ -14,6 +15,8 @@ namespace moejit {
 template <int DTYPE, int MODE, int THREADS>
 __global__ void __launch_bounds__(THREADS) moe_act_quant_kernel(const MoeActQuantArgs args) {
   static_assert(THREADS % 32 == 0, "whole warps");
+  pdl::launch_dependents();
+  pdl::wait();  // may be launched under the previous kernel's tail (programmatic dependent launch)
   const int rows = args.totals ? args.totals[1] : args.num_rows;
   const int group = MODE == kActQuantGroup128 ? kQuantFp8BlockSize : args.cols;
   const int groups = (args.cols + group - 1) / group;

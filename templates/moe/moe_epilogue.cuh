@@ -5,9 +5,12 @@
 //    fp32, skipping dropped slots. Fixed order and one thread per output element make it bitwise
 //    reproducible and independent of the batch.
 //  - moe_cast_kernel: fp32 accumulator -> DTYPE (fast mode, after the atomic GEMM2).
+// reduce and cast wait for GEMM2 on the device (common/dependent_launch.cuh): the fused layer launches
+// them to overlap its tail.
 // Each thread handles 4 consecutive columns (16-byte fp32 loads, 8-byte stores).
 #pragma once
 
+#include "common/dependent_launch.cuh"
 #include "common/mma_sm80.cuh"
 #include "moe/activations.cuh"
 #include "moe/moe_epilogue_args.cuh"
@@ -60,6 +63,7 @@ __global__ void __launch_bounds__(THREADS) moe_activation_kernel(const MoeActiva
 // and spilled 8 bytes (seen with NVRTC 13.0, sm_90a).
 template <int DTYPE, int TOPK, int THREADS>
 __global__ void __launch_bounds__(THREADS, 1) moe_reduce_kernel(const MoeReduceArgs args) {
+  pdl::wait();  // may be launched under GEMM2's tail (programmatic dependent launch)
   const long long quads = args.cols / 4;
   const long long total = static_cast<long long>(args.num_tokens) * quads;
   for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;
@@ -84,6 +88,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_reduce_kernel(const MoeReduceA
 
 template <int DTYPE, int TOPK, int THREADS>
 __global__ void __launch_bounds__(THREADS) moe_cast_kernel(const MoeReduceArgs args) {
+  pdl::wait();
   const long long quads = args.cols / 4;
   const long long total = static_cast<long long>(args.num_tokens) * quads;
   for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;

@@ -23,6 +23,7 @@
 //    element, in the epilogue.
 #pragma once
 
+#include "common/dependent_launch.cuh"
 #include "common/mma_sm80.cuh"
 #include "moe/activations.cuh"
 #include "moe/moe_dequant.cuh"
@@ -146,6 +147,10 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
   static_assert(STAGES >= 2, "the ring needs two slots at least");
 
+  // Launched under the previous kernel's tail on sm_90+ (programmatic dependent launch): wait for
+  // its results before reading anything (the tile count included); let the next kernel launch.
+  pdl::wait();
+  pdl::launch_dependents();
   const int tile = blockIdx.y;
   if (tile >= args.totals[2]) return;
   const int n0 = blockIdx.x * BLOCK_N;

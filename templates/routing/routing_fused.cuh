@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_fused_
   int* expert_total = smem;                  // [E]
   int* tile_offsets = smem + E;              // [E + 1]
   unsigned short* table = reinterpret_cast<unsigned short*>(smem + 2 * E + 1);
+  pdl::launch_dependents();  // the MoE layer's GEMM1 waits for this kernel on the device
   routing_fused_detail::select_and_rank<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP,
                                         LOGIT_DTYPE, TOKENS, PADDED>(args, 0, keys, rank, table, expert_total, &flags);
   for (int e = threadIdx.x; e < E; e += kThreads) s.expert_counts[e] = expert_total[e];
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_topk_r
   extern __shared__ int smem[];  // routing_rank_smem_bytes(PADDED, E_local)
   int* expert_total = smem;
   unsigned short* table = reinterpret_cast<unsigned short*>(smem + args.sort.num_local_experts);
-  routing_sort_detail::allow_next_kernel();  // the scan waits for this kernel on the device
+  pdl::launch_dependents();  // the scan waits for this kernel on the device
   routing_fused_detail::select_and_rank<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP,
                                         LOGIT_DTYPE, TOKENS, PADDED>(args, blockIdx.x, keys, rank, table, expert_total,
                                                                      &flags);

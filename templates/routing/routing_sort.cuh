@@ -17,27 +17,11 @@
 #pragma once
 
 #include "common/block_scan.cuh"
+#include "common/dependent_launch.cuh"
 #include "routing/routing_sort_args.cuh"
 
 namespace moejit {
 namespace routing_sort_detail {
-
-// Programmatic dependent launch (sm_90+): the scan and scatter kernels are launched to overlap the
-// previous kernel's tail (launch latency, CTA start); this waits until that kernel has completed and
-// its writes are visible. A no-op when the launch had no such dependency.
-__device__ inline void wait_for_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-// Lets the next kernel (launched for programmatic dependent launch) start now: it waits on the
-// device for this one to complete anyway. Called first thing by every kernel before a scan/scatter.
-__device__ inline void allow_next_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED>
 struct Shape {
@@ -342,7 +326,7 @@ __global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs 
   const int E = a.num_local_experts;
   int* expert_total = dynamic_smem;
   unsigned short* table = reinterpret_cast<unsigned short*>(dynamic_smem + E);
-  routing_sort_detail::allow_next_kernel();
+  pdl::launch_dependents();
   if (threadIdx.x == 0) flags = 0;
   __syncthreads();
   routing_sort_detail::load_keys<TOPK, TOKENS_PER_CTA, PADDED, THREADS>(a, blockIdx.x, keys, &flags);
@@ -353,15 +337,16 @@ __global__ void __launch_bounds__(THREADS) routing_count_kernel(RoutingSortArgs 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
 __global__ void __launch_bounds__(kRoutingScanThreads, 1) routing_scan_kernel(RoutingSortArgs a) {
   extern __shared__ int smem[];
-  routing_sort_detail::allow_next_kernel();
-  routing_sort_detail::wait_for_previous_kernel();
+  pdl::launch_dependents();
+  pdl::wait();
   routing_sort_detail::scan_columns<kRoutingScanThreads>(a, smem);
 }
 
 template <int TOPK, int TOKENS_PER_CTA, int PADDED, int THREADS>
 __global__ void __launch_bounds__(kRoutingScatterThreads) routing_scatter_kernel(RoutingSortArgs a) {
   extern __shared__ int smem[];
-  routing_sort_detail::wait_for_previous_kernel();
+  pdl::launch_dependents();  // the MoE layer's next kernel waits for this one on the device
+  pdl::wait();
   routing_sort_detail::scatter_all<TOPK, TOKENS_PER_CTA>(a, smem);
 }
 

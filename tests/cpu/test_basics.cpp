@@ -34,8 +34,9 @@ TEST_CASE("embedded templates carry the hash CMake computed, and it matches ours
   }
   TemplateStore store;
   auto closure = store.closure("routing/routing_sort.cuh");
-  CHECK(closure == std::vector<std::string>{"common/block_scan.cuh", "common/host_device.cuh",
-                                            "routing/routing_sort.cuh", "routing/routing_sort_args.cuh"});
+  CHECK(closure == std::vector<std::string>{"common/block_scan.cuh", "common/dependent_launch.cuh",
+                                            "common/host_device.cuh", "routing/routing_sort.cuh",
+                                            "routing/routing_sort_args.cuh"});
 }
 
 TEST_CASE("options parse the environment and reject malformed values by name") {
