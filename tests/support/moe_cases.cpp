@@ -10,7 +10,20 @@ namespace moejit::test {
 
 namespace {
 const std::vector<int> kModelTokens = {1, 7, 64, 333, 4096};
+
+MoeSpec small_layer(int experts, int top_k, int hidden, int intermediate, MoeActivation act, MoeDType dtype,
+                    MoeQuant quant) {
+  MoeSpec s;
+  s.num_experts = experts;
+  s.top_k = top_k;
+  s.hidden = hidden;
+  s.intermediate = intermediate;
+  s.activation = act;
+  s.dtype = dtype;
+  s.quant = quant;
+  return s;
 }
+}  // namespace
 
 std::vector<MoeCase> moe_matrix_cases() {
   std::vector<MoeCase> out;
@@ -128,15 +141,7 @@ std::vector<MoeCase> moe_quant_cases() {
   std::vector<MoeCase> out;
   const std::vector<int> small_tokens = {1, 64, 1000};
   auto small = [&](MoeQuant q, int hidden, int intermediate, MoeActivation act, MoeDType dtype) {
-    MoeSpec s;
-    s.num_experts = 12;
-    s.top_k = 3;
-    s.hidden = hidden;
-    s.intermediate = intermediate;
-    s.activation = act;
-    s.dtype = dtype;
-    s.quant = q;
-    return s;
+    return small_layer(12, 3, hidden, intermediate, act, dtype, q);
   };
   auto add = [&](MoeSpec s, std::vector<int> tokens = {}) {
     out.push_back({fmt::format("quant {}", s.describe()), s, tokens.empty() ? small_tokens : tokens});
@@ -195,14 +200,7 @@ std::vector<MoeCase> moe_quant_cases() {
 
 std::vector<MoeCase> moe_split_k_cases() {
   auto layer = [](MoeActivation act, MoeDType dtype, MoeQuant quant, int hidden, int intermediate) {
-    MoeSpec s;
-    s.num_experts = 8;
-    s.top_k = 2;
-    s.hidden = hidden;
-    s.intermediate = intermediate;
-    s.activation = act;
-    s.dtype = dtype;
-    s.quant = quant;
+    MoeSpec s = small_layer(8, 2, hidden, intermediate, act, dtype, quant);
     s.has_bias = quant == kQuantNone || quant == kQuantMxfp4;
     return MoeCase{fmt::format("split-K {}", s.describe()), s, {1, 3, 17}};
   };
