@@ -1,6 +1,7 @@
 #include "autotune/config_space.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "common/error.h"
 #include "jit/families.h"
@@ -28,16 +29,25 @@ std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens) {
   // re-read less of the weights.
   const long long lower = std::min<long long>(std::max<long long>(16, expected / 4), kBlockMs[3]);
   const long long upper = std::max<long long>(16, 2 * expected);
+  // Eight-row tiles for the swap-AB kernel while most experts get fewer rows than that.
+  if (expected <= 8 && swap_ab_supported(spec, true) && swap_ab_supported(spec, false)) out.push_back(8);
   for (int bm : kBlockMs)
     if (bm >= lower && bm <= upper) out.push_back(bm);
   return out;
 }
 
 MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m) {
-  // The heuristic picks block_m from rows per expert; ask it at a batch that lands on block_m.
+  if (block_m < 16) {  // the swap-AB kernel's alone
+    MoeTileConfig c;
+    c.block_m = block_m;
+    c.gemm1 = c.gemm2 = swap_ab_tile(4, 2, 4);
+    return c;
+  }
+  // The heuristic picks block_m from rows per expert; ask it at a batch that lands on block_m (the
+  // shared-memory kernel's tiles: swap-AB ones are candidates of their own).
   const int rows = block_m == 16 ? 1 : block_m == 32 ? 32 : block_m == 64 ? 64 : 1024;
   const long long m = std::max<long long>(1, static_cast<long long>(rows) * spec.local_experts() / spec.top_k);
-  MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)));
+  MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)), false);
   c.block_m = block_m;
   return c;
 }
@@ -61,6 +71,17 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
   const int width = gemm1 ? (spec.fused ? spec.intermediate : spec.w1_rows()) : spec.hidden;
   const MoeTileConfig base = heuristic_config_for_block_m(spec, block_m);
   std::vector<GemmTile> out = {gemm1 ? base.gemm1 : base.gemm2};
+  auto add_if_fits = [&](const GemmTile& t) {
+    if (std::find(out.begin(), out.end(), t) != out.end()) return;
+    MoeTileConfig c = base;
+    (gemm1 ? c.gemm1 : c.gemm2) = t;
+    if (config_fits(spec, c, limits)) out.push_back(t);
+  };
+  // Swap-AB (decode): warps along the columns x along k, and k blocks in flight per warp.
+  if (block_m <= 32 && swap_ab_supported(spec, gemm1))
+    for (const auto& [wn, wk, stages] : {std::tuple{4, 2, 4}, {2, 4, 4}, {4, 4, 2}, {8, 1, 4}, {2, 2, 8}, {4, 1, 8}})
+      add_if_fits(swap_ab_tile(wn, wk, stages));
+  if (block_m < 16) return out;  // the shared-memory kernel's tiles have 16 rows at least
   // k step in elements: a 128-byte smem row, or a 64-byte one (fp8: one byte per element).
   // 4-bit weights: 256 or 128 k per step read as many bytes per weight row as 64 16-bit ones.
   const int step_lengths[2] = {quant_weight_bits(spec.quant) == 4 ? 256 : quant_is_fp8(spec.quant) ? 128 : 64,
@@ -72,12 +93,7 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
         for (int bk : step_lengths) {
           if (bk == step_lengths[1] && (stages < 4 || block_m > 32)) continue;  // short steps: decode, deep ring
           if (stages > 4 && (block_m > 32 || spec.quant == kQuantNone)) continue;  // quantized decode only
-          const GemmTile t{bn, bk, wm, wn, stages};
-          if (std::find(out.begin(), out.end(), t) != out.end()) continue;
-          MoeTileConfig c = base;
-          c.block_m = block_m;
-          (gemm1 ? c.gemm1 : c.gemm2) = t;
-          if (config_fits(spec, c, limits)) out.push_back(t);
+          add_if_fits(GemmTile{bn, bk, wm, wn, stages});
         }
   }
   return out;

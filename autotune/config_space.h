@@ -1,7 +1,8 @@
 // The tile-config space of the MoE expert GEMMs, pruned before anything compiles: the kernel's own
 // rules (divisibility, accumulators per thread), the device's shared-memory limit, the layer's
-// widths, and relevance for the batch (block_m near the rows each expert gets). The kernels have
-// no split-K or swap-AB yet, so neither is in the space.
+// widths, and relevance for the batch (block_m near the rows each expert gets). Swap-AB tiles are
+// candidates for block_m <= 32 where the layer can run them (block_m 8: theirs alone). Split-K is
+// chosen at launch (GemmTile::split_k = 0), not searched.
 #pragma once
 
 #include <string>

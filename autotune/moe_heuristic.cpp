@@ -20,13 +20,30 @@ int rows_per_expert(const MoeSpec& spec, long long num_tokens) {
 
 std::string MoeTileConfig::describe() const {
   auto tile = [](const GemmTile& t) {
-    return fmt::format("bn{} bk{} w{}x{} s{}{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages,
-                       t.split_k ? fmt::format(" k/{}", t.split_k) : std::string());
+    const std::string split = t.split_k ? fmt::format(" k/{}", t.split_k) : std::string();
+    if (t.swap_ab) return fmt::format("swapab w{}x{} s{}{}", t.warps_n, t.warps_k, t.stages, split);
+    return fmt::format("bn{} bk{} w{}x{} s{}{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages, split);
   };
   return fmt::format("bm{} gemm1[{}] gemm2[{}]", block_m, tile(gemm1), tile(gemm2));
 }
 
-MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens) {
+GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k) {
+  GemmTile t;
+  t.swap_ab = true;
+  t.block_n = t.block_k = t.warps_m = 0;
+  t.warps_n = warps_n;
+  t.warps_k = warps_k;
+  t.stages = stages;
+  t.split_k = split_k;
+  return t;
+}
+
+bool swap_ab_supported(const MoeSpec& spec, bool gemm1) {
+  const int inner = gemm1 ? spec.hidden : spec.intermediate;
+  return spec.reduce == ReduceMode::Fast && !quant_is_fp8(spec.quant) && inner % moe_swap_ab_chunk_k(spec.quant) == 0;
+}
+
+MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab) {
   // GEMM1 with a gated activation carries gate and up accumulators: half the columns per tile.
   const bool gemm1_gated = spec.fused && activation_is_gated(spec.activation);
   const int wide = 128, gemm1_n = gemm1_gated ? 64 : wide;
@@ -61,6 +78,15 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens) {
       t->block_k = four_bit ? 128 : 64;
       t->stages = 4;  // with the DTYPE tile, 4 slots keep two CTAs per SM
     }
+  }
+  // Few tokens per expert and 4-bit weights: the swap-AB kernel (no shared-memory dequantization,
+  // which bounds the kernel above). Eight tokens per tile while most experts get fewer.
+  if (swap_ab && rows <= 16 && quant_weight_bits(spec.quant) == 4 && swap_ab_supported(spec, true) &&
+      swap_ab_supported(spec, false)) {
+    c.block_m = rows <= 8 ? 8 : 16;
+    c.gemm1 = swap_ab_tile(4, 2, 4);
+    c.gemm2 = swap_ab_tile(4, 2, 4);
+    return c;
   }
   // Narrower tiles where the accumulators would not fit the registers (gated fp8_block).
   for (GemmTile* t : {&c.gemm1, &c.gemm2}) {

@@ -18,6 +18,11 @@ struct GemmTile {
   // Splits of the k loop (a launch parameter, not a kernel parameter): 0 = chosen at launch (decode
   // grids smaller than the SM count, fast reduce mode only), 1 = none, n = n splits (<= kMoeMaxSplitK).
   int split_k = 0;
+  // swap_ab: the decode kernel (moe_gemm_swap_ab) instead of the shared-memory one; it takes
+  // warps_n, warps_k and stages (k blocks in flight per warp), and derives its block_n / block_k:
+  // those and warps_m are 0 in its tiles.
+  bool swap_ab = false;
+  int warps_k = 0;
   bool operator==(const GemmTile&) const = default;
 };
 
@@ -26,18 +31,24 @@ struct MoeTileConfig {
   GemmTile gemm1;
   GemmTile gemm2;
   bool operator==(const MoeTileConfig&) const = default;
-  std::string describe() const;  // "bm64 g1[bn64 bk64 w2x2 s3] g2[...]"
+  std::string describe() const;  // "bm64 gemm1[bn64 bk64 w2x2 s3] gemm2[swapab w4x2 s4]"
 };
 
 // Bounds of block_m over every config: the routing workspace is sized for them.
-constexpr int kMoeMinBlockM = 16;
+constexpr int kMoeMinBlockM = 8;
 constexpr int kMoeMaxBlockM = 128;
 // Most splits of a GEMM's k loop (GEMM1's partial-sum workspace is sized for it).
 constexpr int kMoeMaxSplitK = 8;
 
 // Picks by rows per local expert (num_tokens * top_k / local experts): small tiles that keep every
 // SM streaming weights for decode, 128-row tiles for prefill.
-MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens);
+// swap_ab = false: the shared-memory kernel's tiles only.
+MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab = true);
+// A swap-AB tile (GemmTile::swap_ab), and whether the layer can run one for GEMM1 / GEMM2: the fast
+// reduce mode (its sums' order differs from the shared-memory kernel's), 16-bit or weight-only
+// quantized weights, and a reduction length made of whole 16-byte chunks of weights.
+GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k = 0);
+bool swap_ab_supported(const MoeSpec& spec, bool gemm1);
 // Every config the heuristic returns for 1 <= num_tokens <= max_tokens (for eager compiles).
 std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens);
 

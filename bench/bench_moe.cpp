@@ -61,6 +61,13 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       ctx.filler->fill(ctx.stream, logits.back().ptr(), max_m * E, ScalarType::BF16, 100 + i, 4.f);
     }
     for (int m : ctx.token_counts) {
+      MoeTileConfig config = layer.tile_config(m);
+      const long long rows_per_expert = (static_cast<long long>(m) * s.top_k + EL - 1) / EL;
+      if (ctx.swap_ab && rows_per_expert <= 32 && swap_ab_supported(s, true) && swap_ab_supported(s, false)) {
+        config.block_m = rows_per_expert <= 8 ? 8 : rows_per_expert <= 16 ? 16 : 32;
+        config.gemm1 = config.gemm2 = *ctx.swap_ab;
+      }
+      auto forward = [&](const MoeForwardArgs& a) { layer.forward_with_config(ctx.stream, a, config); };
       auto args = [&](int set) {
         MoeDevicePointers p;
         p.hidden = hidden.ptr();
@@ -78,7 +85,7 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       double touched = 0;
       for (int set = 0; set < kLogitSets; ++set) {
         out.fill_u32(0x7fc07fc0u);
-        layer.forward(ctx.stream, args(set));
+        forward(args(set));
         MOEJIT_CHECK_CU(api, Launch, cuStreamSynchronize(ctx.stream));
         if (!output_complete(out, std::size_t(m) * K, s.dtype))
           throw Error(Phase::Launch, fmt::format("{} M={}: output has unwritten or non-finite elements", shape.name, m));
@@ -87,7 +94,7 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       touched /= kLogitSets;
       const int inner = m <= 1024 ? 2 * kLogitSets : kLogitSets;
       const double us = time_graph_us(api, ctx.stream, inner, ctx.reps,
-                                      [&](int i) { layer.forward(ctx.stream, args(i % kLogitSets)); });
+                                      [&](int i) { forward(args(i % kLogitSets)); });
       const double weight_bytes = touched * double(quant_expert_bytes(s, R, K) + quant_expert_bytes(s, K, N)) +
                                   (s.has_bias ? touched * (R + K) * 4.0 : 0.0);
       const double bytes = weight_bytes + 2.0 * m * K * 2 + 2.0 * m * E;
@@ -97,11 +104,11 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       const double floor_us = std::max(mem_us, math_us);
       fmt::print("{:<18} {:>4} {:>5} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>6.1f}% {:>5}  {}\n", shape.name, E, s.top_k, K, m,
                  us, floor_us, 100.0 * floor_us / us, mem_us >= math_us ? "mem" : "math",
-                 layer.tile_config(m).describe());
+                 config.describe());
       results.push_back({{"kernel", "moe_layer"}, {"shape", shape.name}, {"quant", quant_name(s.quant)}, {"E", E}, {"top_k", s.top_k}, {"K", K},
                          {"N", N}, {"M", m}, {"us", us}, {"floor_us", floor_us}, {"memory_floor_us", mem_us},
                          {"math_floor_us", math_us}, {"touched_experts", touched}, {"efficiency", floor_us / us},
-                         {"tiles", layer.tile_config(m).describe()}});
+                         {"tiles", config.describe()}});
     }
   }
 }

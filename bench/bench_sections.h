@@ -4,9 +4,11 @@
 #include <cuda.h>
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "autotune/moe_heuristic.h"
 #include "runtime/device_fill.h"
 #include "runtime/moe_spec.h"
 #include "runtime/runtime.h"
@@ -25,6 +27,9 @@ struct Context {
   double gemm_rate = 0;  // flop/s, dense bf16; 0 = not measured
   std::vector<int> token_counts;
   int reps = 20;
+  // --swap-ab WNxWKxS: decode batches (<= 32 rows per expert) run both GEMMs on these swap-AB tiles
+  // instead of the layer's own choice (A/B against the tuned or heuristic configs).
+  std::optional<GemmTile> swap_ab;
 };
 
 void bench_routing(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& shapes, nlohmann::json& results);

@@ -3,7 +3,7 @@
 // shapes or a Hugging Face config.json.
 //
 //   moejit_bench [--model config.json] [--tokens 1,16,128,1024,8192] [--json out.json] [--reps N]
-//                [--only routing|moe] [--quant FORMAT] [--shapes name,name]
+//                [--only routing|moe] [--quant FORMAT] [--shapes name,name] [--swap-ab WNxWKxS]
 //
 // Floors: bytes / device-to-device copy bandwidth, and flops / dense bf16 GEMM rate (cuBLAS, when
 // present); efficiency = floor / time. Times are medians over replays of a CUDA graph holding several
@@ -24,6 +24,16 @@ using namespace moejit;
 using namespace moejit::bench;
 
 namespace {
+// "4x2x4": swap-AB tiles of 4 warps along the columns, 2 along k, 4 k blocks in flight.
+GemmTile parse_swap_ab(const std::string& text) {
+  int wn = 0, wk = 0, stages = 0;
+  char x1 = 0, x2 = 0;
+  std::istringstream in(text);
+  in >> wn >> x1 >> wk >> x2 >> stages;
+  MOEJIT_REQUIRE(in && x1 == 'x' && x2 == 'x' && in.peek() == EOF, "--swap-ab takes WNxWKxS (e.g. 4x2x4), not {}", text);
+  return swap_ab_tile(wn, wk, stages);
+}
+
 std::vector<int> parse_list(const std::string& text) {
   std::vector<int> out;
   std::stringstream ss(text);
@@ -79,13 +89,14 @@ int main(int argc, char** argv) {
       else if (arg == "--only") only = value();
       else if (arg == "--quant") quant = value();
       else if (arg == "--shapes") shape_filter = value();
+      else if (arg == "--swap-ab") ctx.swap_ab = parse_swap_ab(value());
       else if (arg == "--model") {
         auto m = ModelMoeConfig::from_file(value());
         shapes = {{m.model_type, m.moe_spec()}};
       } else if (arg == "--help") {
         fmt::print("usage: moejit_bench [--model config.json] [--tokens 1,16,...] [--reps N] [--json out.json] "
                    "[--only routing|moe] [--quant none|int8_channel|int4_group|mxfp4|fp8_block|fp8_channel|fp8_tensor] "
-                   "[--shapes name,name]\n");
+                   "[--shapes name,name] [--swap-ab WNxWKxS]\n");
         return 0;
       } else {
         throw Error(Phase::Validate, "unknown argument " + arg);

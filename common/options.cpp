@@ -54,6 +54,7 @@ Options Options::from_env() {
   }
   if (auto v = env("MOEJIT_TUNE")) o.tune_on_first_use = parse_bool(*v, "MOEJIT_TUNE");
   if (auto v = env("MOEJIT_TUNED_DB")) o.tuned_db = *v;
+  if (auto v = env("MOEJIT_TUNED_DBS")) o.use_tuned_dbs = parse_bool(*v, "MOEJIT_TUNED_DBS");
   return o;
 }
 

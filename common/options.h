@@ -23,6 +23,7 @@ struct Options {
   int compile_threads = 0;                           // MOEJIT_COMPILE_THREADS; 0 = hardware threads
   bool save_failed_sources = true;                   // failing sources go to <cache>/failed/
   bool tune_on_first_use = false;                    // MOEJIT_TUNE=1
+  bool use_tuned_dbs = true;                         // MOEJIT_TUNED_DBS=0: the heuristic's configs only
   // MOEJIT_TUNED_DB: the user's tuned-config DB (read, and written by tuning); default
   // <cache_dir>/tuned/<device>.json. Every *.json in <cache_dir>/tuned/ is read too.
   std::filesystem::path tuned_db;

@@ -14,6 +14,7 @@ namespace moejit {
 namespace {
 
 constexpr std::int64_t kMaxSharedBytes = 227 * 1024;  // opt-in limit of sm_90 / sm_100 (sm_80: 163 KiB)
+constexpr std::int64_t kMaxStaticSharedBytes = 48 * 1024;
 constexpr std::int64_t kElementwiseThreads = 256;
 
 ParamDesc dtype_param() {
@@ -32,6 +33,19 @@ ParamDesc activation_param(const std::string& def) {
 
 int activation_code(const KernelSpec& s) { return parse_activation(s.get_string("activation")); }
 
+ParamDesc gemm_role_param() {
+  return enum_param("role", "ROLE", "gemm1 (gather + activation) or gemm2 (rows, or atomic top-k sum)", "gemm1",
+                    {{"gemm1", "moejit::kRoleGemm1"},
+                     {"gemm2_rows", "moejit::kRoleGemm2Rows"},
+                     {"gemm2_atomic", "moejit::kRoleGemm2Atomic"}});
+}
+
+void check_gemm_role_activation(const KernelSpec& s, int act) {
+  if (s.get_string("role") != "gemm1" && act != kActNone)
+    throw Error(Phase::Validate, fmt::format("{}: role {} takes activation none, not {}", s.family,
+                                             s.get_string("role"), s.get_string("activation")));
+}
+
 ParamDesc quant_param() {
   std::map<std::string, std::string> values;
   static const char* kCpp[] = {"kQuantNone",     "kQuantInt8Channel", "kQuantInt4Group",  "kQuantMxfp4",
@@ -49,10 +63,7 @@ FamilyInfo moe_gemm_family() {
   f.header = "moe/moe_gemm_sm80.cuh";
   f.doc = "grouped expert GEMM over the routing tile map (sm_80+ mma.sync, cp.async ring)";
   f.params = {
-      enum_param("role", "ROLE", "gemm1 (gather + activation) or gemm2 (rows, or atomic top-k sum)", "gemm1",
-                 {{"gemm1", "moejit::kRoleGemm1"},
-                  {"gemm2_rows", "moejit::kRoleGemm2Rows"},
-                  {"gemm2_atomic", "moejit::kRoleGemm2Atomic"}}),
+      gemm_role_param(),
       dtype_param(),
       activation_param("silu_mul"),
       quant_param(),
@@ -71,9 +82,7 @@ FamilyInfo moe_gemm_family() {
     const std::int64_t wm = s.get_int("warps_m"), wn = s.get_int("warps_n"), stages = s.get_int("stages");
     const int act = activation_code(s);
     const bool gated = activation_is_gated(act);
-    if (s.get_string("role") != "gemm1" && act != kActNone)
-      throw Error(Phase::Validate, fmt::format("moe_gemm: role {} takes activation none, not {}",
-                                               s.get_string("role"), s.get_string("activation")));
+    check_gemm_role_activation(s, act);
     const int quant = parse_quant(s.get_string("quant"));
     if (quant_is_fp8(quant)) {
       if (!arch_has_fp8_mma(s.arch))
@@ -118,6 +127,50 @@ FamilyInfo moe_gemm_family() {
                               kMaxSharedBytes));
     s.params["threads"] = 32 * wm * wn;
     s.params["smem_bytes"] = smem;
+  };
+  return f;
+}
+
+FamilyInfo moe_gemm_swap_ab_family() {
+  FamilyInfo f;
+  f.name = "moe_gemm_swap_ab";
+  f.header = "moe/moe_gemm_swap_ab.cuh";
+  f.doc = "decode grouped expert GEMM: weights on the mma's M side, loaded and dequantized in registers";
+  f.params = {
+      gemm_role_param(),
+      dtype_param(),
+      activation_param("silu_mul"),
+      quant_param(),
+      int_param("block_m", "BLOCK_M", "tile rows = tokens per tile (= routing block_m): 8, 16, 24 or 32", 8, 8, 32),
+      int_param("warps_n", "WARPS_N", "warps along the output columns (16 weight rows each)", 4, 1, 16),
+      int_param("warps_k", "WARPS_K", "warps along k (their partial sums are added in shared memory)", 2, 1, 16),
+      int_param("stages", "STAGES", "k blocks in flight per warp (register ring)", 4, 1, 8),
+      derived_int("block_n", "", "output columns per CTA (8 per warp gated, else 16)"),
+      derived_int("block_k", "", "k per block: four 16-byte loads of a weight row"),
+      derived_int("threads", "", "threads per CTA = 32 * warps_n * warps_k"),
+      derived_int("smem_bytes", "", "dynamic shared memory per CTA (none)"),
+  };
+  f.entries = {{"gemm", "moejit::moe_gemm_swap_ab_kernel", "moejit::MoeGemmArgs"}};
+  f.derive = [](KernelSpec& s) {
+    const std::int64_t bm = s.get_int("block_m"), wn = s.get_int("warps_n"), wk = s.get_int("warps_k");
+    const int act = activation_code(s);
+    check_gemm_role_activation(s, act);
+    const int quant = parse_quant(s.get_string("quant"));
+    if (quant_is_fp8(quant))
+      throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: quant {} (w8a8) takes moe_gemm", s.get_string("quant")));
+    if (bm % 8 != 0)
+      throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: block_m = {} is not a multiple of 8", bm));
+    if (wn * wk > 16) throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: {} warps exceed 16", wn * wk));
+    const std::int64_t smem = moe_swap_ab_static_smem_bytes(int(bm), int(wn), int(wk));
+    if (smem > kMaxStaticSharedBytes)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_swap_ab: {} bytes of static shared memory (the partial sums of {} x {} warps "
+                              "over {} tokens) exceed {}",
+                              smem, wn, wk, bm, kMaxStaticSharedBytes));
+    s.params["block_n"] = std::int64_t(moe_swap_ab_block_n(int(wn), activation_is_gated(act)));
+    s.params["block_k"] = std::int64_t(moe_swap_ab_block_k(quant));
+    s.params["threads"] = 32 * wn * wk;
+    s.params["smem_bytes"] = std::int64_t(0);
   };
   return f;
 }

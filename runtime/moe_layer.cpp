@@ -84,6 +84,8 @@ struct MoeLayer::Kernels {
   const Kernel* activation = nullptr;  // unfused only
   const Kernel* act_quant = nullptr;   // w8a8 only: activations -> e4m3 before each GEMM
   unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
+  // Output columns per CTA and k per tile (block) of each GEMM, as its kernel spec says.
+  int gemm1_block_n = 0, gemm1_block_k = 0, gemm2_block_n = 0, gemm2_block_k = 0;
 };
 
 struct MoeLayer::Workspace {
@@ -149,6 +151,29 @@ void MoeLayer::load_tuned() {
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch) {
   const std::string dtype = dtype_name(spec.dtype);
   auto gemm = [&](const char* role, int act, const GemmTile& t) {
+    if (t.swap_ab) {
+      const bool gemm1 = std::string(role) == "gemm1";
+      MOEJIT_REQUIRE(swap_ab_supported(spec, gemm1),
+                     "moe: tile config {} runs {} on the swap-AB kernel, which needs the fast reduce mode, weights "
+                     "that are not w8a8 and a reduction length of whole {}-weight chunks ({} here)",
+                     c.describe(), gemm1 ? "GEMM1" : "GEMM2", moe_swap_ab_chunk_k(spec.quant),
+                     gemm1 ? spec.hidden : spec.intermediate);
+      MOEJIT_REQUIRE(t.block_n == 0 && t.block_k == 0 && t.warps_m == 0,
+                     "moe: tile config {}: a swap-AB tile derives block_n, block_k and has no warps_m (0 each)",
+                     c.describe());
+      MOEJIT_REQUIRE(!gemm1 || t.split_k <= 1,
+                     "moe: tile config {}: the swap-AB GEMM1 does not split k across CTAs (warps_k splits it within one)",
+                     c.describe());
+      return complete_spec({"moe_gemm_swap_ab", arch,
+                            {{"role", std::string(role)},
+                             {"dtype", dtype},
+                             {"activation", std::string(activation_name(act))},
+                             {"quant", std::string(quant_name(spec.quant))},
+                             {"block_m", std::int64_t(c.block_m)},
+                             {"warps_n", std::int64_t(t.warps_n)},
+                             {"warps_k", std::int64_t(t.warps_k)},
+                             {"stages", std::int64_t(t.stages)}}});
+    }
     return complete_spec({"moe_gemm", arch,
                           {{"role", std::string(role)},
                            {"dtype", dtype},
@@ -248,6 +273,10 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
   k->gemm2_threads = unsigned(specs[1].get_int("threads"));
   k->gemm2_smem = unsigned(specs[1].get_int("smem_bytes"));
   k->elementwise_threads = unsigned(specs[2].get_int("threads"));
+  k->gemm1_block_n = int(specs[0].get_int("block_n"));
+  k->gemm1_block_k = int(specs[0].get_int("block_k"));
+  k->gemm2_block_n = int(specs[1].get_int("block_n"));
+  k->gemm2_block_k = int(specs[1].get_int("block_k"));
   log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), config.describe());
   kernels_.push_back(std::move(k));
   return *kernels_.back();
@@ -348,15 +377,21 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   };
   const long long wave1 = wave(*k.gemm1, k.gemm1_threads, k.gemm1_smem);
   const long long wave2 = wave(*k.gemm2, k.gemm2_threads, k.gemm2_smem);
-  auto split = [&](const GemmTile& t, unsigned gx, int inner, long long resident, bool allowed) {
+  // k tiles of each GEMM (blocks of the swap-AB kernel), and how many of them each split takes.
+  const int k_tiles1 = (spec_.hidden + k.gemm1_block_k - 1) / k.gemm1_block_k;
+  const int k_tiles2 = (spec_.intermediate + k.gemm2_block_k - 1) / k.gemm2_block_k;
+  auto split = [&](const GemmTile& t, unsigned gx, int k_tiles, long long resident, bool allowed) {
     if (!allowed) return 1;
-    return split_k_for(t.split_k, static_cast<long long>(gx) * max_tiles, (inner + t.block_k - 1) / t.block_k,
-                       t.stages, resident);
+    // A split of the swap-AB kernel fills every warp along k's register ring.
+    const int min_tiles = t.swap_ab ? t.stages * t.warps_k : t.stages;
+    return split_k_for(t.split_k, static_cast<long long>(gx) * max_tiles, k_tiles, min_tiles, resident);
   };
-  const unsigned gx1 = grid_x(spec_.fused ? spec_.intermediate : spec_.w1_rows(), config.gemm1.block_n);
-  const unsigned gx2 = grid_x(spec_.hidden, config.gemm2.block_n);
-  const int splits1 = split(config.gemm1, gx1, spec_.hidden, wave1, w.gemm1_split);
-  const int splits2 = split(config.gemm2, gx2, spec_.intermediate, wave2, atomic);  // atomic adds: no workspace
+  auto tiles_per_split = [](int k_tiles, int splits) { return splits > 1 ? (k_tiles + splits - 1) / splits : 0; };
+  const unsigned gx1 = grid_x(spec_.fused ? spec_.intermediate : spec_.w1_rows(), k.gemm1_block_n);
+  const unsigned gx2 = grid_x(spec_.hidden, k.gemm2_block_n);
+  // GEMM1 splits park partial sums (the shared-memory kernel only); GEMM2's add atomically.
+  const int splits1 = split(config.gemm1, gx1, k_tiles1, wave1, w.gemm1_split && !config.gemm1.swap_ab);
+  const int splits2 = split(config.gemm2, gx2, k_tiles2, wave2, atomic);
   // The fused layer's kernels after the routing start under the previous kernel's tail on sm_90+
   // (programmatic dependent launch; each waits on the device before touching its inputs) when both
   // GEMMs run in one wave: DeepSeek-V3 TP8 at M = 1 took 42.8 -> 40.8 us on an H200, but Mixtral
@@ -450,8 +485,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.alpha = spec_.swiglu_alpha;
   g.limit = spec_.swiglu_limit;
   if (splits1 > 1) {
-    const int k_tiles = (g.inner + config.gemm1.block_k - 1) / config.gemm1.block_k;
-    g.k_tiles_per_split = (k_tiles + splits1 - 1) / splits1;
+    g.k_tiles_per_split = tiles_per_split(k_tiles1, splits1);
     g.split_partial = reinterpret_cast<float*>(w.split_partial);
     g.split_counters = reinterpret_cast<int*>(w.split_counters);
     g.split_stride = static_cast<long long>(m) * spec_.top_k * spec_.w1_rows();
@@ -497,8 +531,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.inner = spec_.intermediate;
   g.split_partial = nullptr;
   g.split_counters = nullptr;
-  const int k_tiles2 = (g.inner + config.gemm2.block_k - 1) / config.gemm2.block_k;
-  g.k_tiles_per_split = splits2 > 1 ? (k_tiles2 + splits2 - 1) / splits2 : 0;
+  g.k_tiles_per_split = tiles_per_split(k_tiles2, splits2);
   k.gemm2->launch(stream, {gx2, unsigned(max_tiles), unsigned(splits2), k.gemm2_threads, 1, 1, k.gemm2_smem, overlap},
                   g);
   if (!spec_.fused && hooks && hooks->after_gemm2) hooks->after_gemm2(stream, stage);

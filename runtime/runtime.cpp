@@ -240,6 +240,7 @@ void Runtime::reload_tuned_dbs() {
 }
 
 std::vector<TunedEntry> Runtime::tuned_entries(const std::string& shape_key) {
+  if (!options_.use_tuned_dbs) return {};  // MOEJIT_TUNED_DBS=0: comparing against the heuristic
   const DbMetadata current = db_metadata();
   const std::filesystem::path user = user_db_path();
   std::lock_guard lock(mutex_);

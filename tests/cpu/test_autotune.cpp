@@ -45,7 +45,7 @@ MoeTileConfig config_with(int block_m, int gemm1_n) {
 
 TEST_CASE("autotune: the config space is pruned before compiling") {
   const MoeSpec s = qwen3();
-  CHECK(candidate_block_ms(s, 1) == std::vector<int>{16});
+  CHECK(candidate_block_ms(s, 1) == std::vector<int>{8, 16});  // 8: swap-AB tiles (fast mode)
   const auto big = candidate_block_ms(s, 8192);  // 512 rows per expert
   CHECK(std::find(big.begin(), big.end(), 128) != big.end());
   CHECK(std::find(big.begin(), big.end(), 16) == big.end());

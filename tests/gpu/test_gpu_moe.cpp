@@ -128,6 +128,43 @@ TEST_CASE("gpu moe: every tile config the tuner may pick computes the same funct
   MESSAGE(fmt::format("{} tile configs checked against the fp64 reference", checked));
 }
 
+// The swap-AB decode kernel: weights dequantized in registers on the mma's M side.
+TEST_CASE("gpu moe: the swap-AB kernel equals the fp64 reference in every weight format") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe swap-AB")) return;
+  const auto cases = moe_swap_ab_cases();
+  std::vector<KernelSpec> specs;
+  for (const auto& c : cases)
+    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch())) specs.push_back(std::move(s));
+  rt.compile_all(specs);
+  std::unique_ptr<MoeRun> run;
+  const MoeSpec* current = nullptr;  // cases of one layer follow each other
+  int checked = 0;
+  for (const auto& c : cases) {
+    if (!run || current->describe() != c.spec.describe() ||
+        current->router_weight_on_input != c.spec.router_weight_on_input) {
+      run = std::make_unique<MoeRun>(make_moe_run(rt, c.spec, c.token_counts.back(), 1300 + checked));
+      current = &c.spec;
+    }
+    for (int m : c.token_counts) {
+      run->problem->poison();
+      run->layer->forward_with_config(nullptr, run->problem->args(m, true), c.config);
+      run->problem->use_generated_topk();
+      const double err = run->problem->relative_error(run->problem->output(m), MoeProblem::sample_tokens(m, 64));
+      INFO(fmt::format("{} M={} config {} relative error {:.3e}", c.spec.describe(), m, c.config.describe(), err));
+      CHECK(within_band(err));
+      ++checked;
+    }
+  }
+  MESSAGE(fmt::format("{} swap-AB forwards checked against the fp64 reference", checked));
+  // The deterministic mode's sums must not depend on the batch: the swap-AB kernel is refused there.
+  MoeSpec det = cases[0].spec;
+  det.reduce = ReduceMode::Deterministic;
+  MoeRun d = make_moe_run(rt, det, 4, 1390);
+  CHECK_THROWS_WITH_AS(d.layer->forward_with_config(nullptr, d.problem->args(4, true), cases[0].config),
+                       doctest::Contains("swap-AB"), Error);
+}
+
 // Split-K (fast mode): GEMM1 parks partial sums and the last split runs the epilogue; GEMM2 splits
 // add atomically. Every split count, uneven splits (k tiles not a multiple of the splits), gated /
 // interleaved / single-input activations with biases, and block-scaled fp8 and MXFP4 weights.
@@ -142,6 +179,7 @@ TEST_CASE("gpu moe: split-K at every split count equals the fp64 reference") {
     for (int m : c.token_counts)
       for (int splits : {1, 2, 3, 5, 8}) {
         MoeTileConfig config = r.layer->tile_config(m);
+        if (config.gemm1.swap_ab || config.gemm2.swap_ab) config = heuristic_tile_config(spec, m, false);
         config.gemm1.split_k = splits;
         config.gemm2.split_k = splits;
         r.problem->poison();

@@ -213,6 +213,57 @@ std::vector<MoeCase> moe_split_k_cases() {
   };
 }
 
+std::vector<MoeSwapAbCase> moe_swap_ab_cases() {
+  // K and N tails against every block length (KB = 128 / 64 / 32 for 4 / 8 / 16-bit weights).
+  auto layer = [](MoeActivation act, MoeDType dtype, MoeQuant quant, int hidden, int intermediate) {
+    MoeSpec s = small_layer(8, 2, hidden, intermediate, act, dtype, quant);
+    s.quant_group = 32;
+    return s;
+  };
+  std::vector<MoeSpec> specs;
+  MoeSpec s = layer(kActSwigluOai, kDTypeBF16, kQuantMxfp4, 352, 96);  // gpt-oss: interleaved, biases
+  s.has_bias = true;
+  specs.push_back(s);
+  specs.push_back(layer(kActSiluMul, kDTypeF16, kQuantMxfp4, 288, 160));  // f16 through fp32
+  s = layer(kActGeluMul, kDTypeBF16, kQuantInt4Group, 448, 192);
+  s.quant_group = 64;
+  s.quant_zero_points = true;
+  specs.push_back(s);
+  s = layer(kActRelu2, kDTypeF16, kQuantInt4Group, 416, 96);  // one input per column, group 32
+  specs.push_back(s);
+  s = layer(kActSiluMul, kDTypeBF16, kQuantInt8Channel, 208, 80);
+  s.has_bias = true;
+  specs.push_back(s);
+  s = layer(kActSwigluOai, kDTypeBF16, kQuantNone, 200, 72);
+  s.has_bias = true;
+  specs.push_back(s);
+  s = layer(kActSiluMul, kDTypeF16, kQuantNone, 232, 120);
+  s.fused = false;  // raw GEMM1 rows, GEMM2 rows + the top-k sum
+  specs.push_back(s);
+  s = layer(kActSiluMul, kDTypeBF16, kQuantNone, 192, 64);
+  s.router_weight_on_input = true;
+  s.top_k = 1;
+  specs.push_back(s);
+
+  std::vector<MoeSwapAbCase> out;
+  for (const MoeSpec& spec : specs)
+    for (int bm : {8, 16, 32})
+      for (int variant = 0; variant < 3; ++variant) {
+        MoeTileConfig c;
+        c.block_m = bm;
+        // One warp column and many along k; several columns with a ring of one; the default with
+        // GEMM2 split over three CTAs (k blocks not a multiple of it).
+        if (variant == 0) c.gemm1 = c.gemm2 = swap_ab_tile(1, 4, 2);
+        if (variant == 1) c.gemm1 = c.gemm2 = swap_ab_tile(8, 1, 1);
+        if (variant == 2) {
+          c.gemm1 = swap_ab_tile(4, 2, 4);
+          c.gemm2 = swap_ab_tile(2, 2, 3, spec.fused ? 3 : 1);
+        }
+        out.push_back({spec, c, {1, 7, 40}});
+      }
+  return out;
+}
+
 namespace {
 // Every candidate of the tuner's space for each block_m (the heuristic's tiles for the other GEMM).
 void add_tile_sweep(const MoeSpec& spec, std::initializer_list<int> block_ms, const DeviceLimits& limits,

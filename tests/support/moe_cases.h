@@ -31,6 +31,16 @@ std::vector<MoeCase> moe_quant_cases();
 // biases, block-scaled fp8 and MXFP4 weights. Tokens 1, 3, 17.
 std::vector<MoeCase> moe_split_k_cases();
 
+// The swap-AB decode kernel (fast mode) on small layers in every weight format, both dtypes, gated
+// / interleaved / single-input activations, biases, unfused, top_k 1; block_m 8, 16 and 32 with
+// several warp layouts and ring depths, GEMM2 split across CTAs. Tokens 1, 7, 40.
+struct MoeSwapAbCase {
+  MoeSpec spec;
+  MoeTileConfig config;
+  std::vector<int> token_counts;
+};
+std::vector<MoeSwapAbCase> moe_swap_ab_cases();
+
 // Every tile config the tuner may pick (for a device with 227 KiB of shared memory per CTA), on
 // layers with K and N tails, gated and not: each must compute the same function.
 struct MoeTileCase {

@@ -1,0 +1,280 @@
+// moe_gemm, swap-AB decode path (sm_80+): the grouped GEMM of moe_gemm_sm80.cuh for tiles of few
+// tokens (BLOCK_M = 8, 16 or 32). The weights are the mma's A operand (16 weight rows per warp fill
+// its M side) and the tile's tokens its N side (BLOCK_M / 8 n8 fragments). The weights go from
+// global memory straight into registers (16-byte loads, STAGES k blocks in flight per warp), are
+// dequantized there and fed to mma.sync: no shared-memory round trip and no barrier in the k loop,
+// which is what bounds the shared-memory path for decode (4-bit weights above all).
+//
+// k order. mma m16n8k16 gives lane (g = lane / 4, t = lane % 4) the A elements of rows g and g + 8
+// at k slots {2t, 2t+1, 2t+8, 2t+9}, and the B elements of column g at the same slots. A dot
+// product does not care in which order its k are visited as long as A and B agree, so lane t reads
+// CHUNK_K consecutive weights of each of its two rows with one 16-byte load (k = kb + t * CHUNK_K
+// + j) and the activations of the same k; step s of the block feeds slots {2t, 2t+1} with
+// j = 4s, 4s+1 and slots {2t+8, 2t+9} with j = 4s+2, 4s+3. A block is KB = 4 * CHUNK_K consecutive
+// k of 16 weight rows: 64 stored bytes per row, whatever the format.
+//
+// Rows of a warp: gated GEMM1 -> rows g (gate) and g + 8 (up) of output column n0 + 8 * wn + g, so
+// the epilogue pairs them in registers; otherwise output columns n0 + 16 * wn + g and + 8.
+// Warps: WARPS_N along the output columns times WARPS_K along k (block b goes to warp b % WARPS_K);
+// the WARPS_K partial sums are added in warp order through shared memory (deterministic). Grid:
+// (column tiles of BLOCK_N, row tiles, k splits); k splits (grid z > 1) only for the atomic GEMM2.
+//
+// The order of each sum over k differs from moe_gemm_sm80.cuh's, so a row's result depends on
+// which path ran: the host uses this path in the fast reduce mode only.
+#pragma once
+
+#include "common/dependent_launch.cuh"
+#include "common/mma_sm80.cuh"
+#include "moe/activations.cuh"
+#include "moe/moe_dequant.cuh"
+#include "moe/moe_gemm_args.cuh"
+
+namespace moejit {
+namespace swap_ab_detail {
+
+// 16 bytes of weights that are read once: not kept in L1.
+__device__ inline uint4 load_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// One k block of one lane as loaded: its 16 stored bytes of rows g and g + 8 and their scales.
+template <int QUANT>
+struct LaneBlock {
+  uint4 w[2];
+  float scale[2];
+  float zero[2];
+};
+
+}  // namespace swap_ab_detail
+
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int WARPS_N, int WARPS_K, int STAGES>
+__global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_kernel(const MoeGemmArgs args) {
+  using namespace swap_ab_detail;
+  constexpr bool GATED = activation_is_gated(ACT);
+  constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
+  constexpr int BITS = quant_weight_bits(QUANT);
+  constexpr int CHUNK_K = moe_swap_ab_chunk_k(QUANT);  // weights per 16-byte load
+  constexpr int KB = moe_swap_ab_block_k(QUANT);       // k per block
+  constexpr int GROUPS = CHUNK_K / 8;                  // 8-element groups per chunk (two mma steps each)
+  constexpr int NF = BLOCK_M / 8;                      // n8 fragments (tokens)
+  constexpr int BLOCK_N = moe_swap_ab_block_n(WARPS_N, GATED);  // the host sizes the grid with it
+  constexpr int THREADS = WARPS_N * WARPS_K * 32;
+  static_assert(!quant_is_fp8(QUANT), "w8a8 formats take moe_gemm_sm80.cuh");
+  static_assert(BITS * CHUNK_K == 128 && GROUPS >= 1, "one 16-byte load per chunk");
+  static_assert(BLOCK_M % 8 == 0 && NF >= 1 && NF <= 4, "BLOCK_M is 8, 16, 24 or 32");
+  static_assert(STAGES >= 1 && STAGES <= 8, "1..8 k blocks in flight");
+
+  pdl::wait();
+  pdl::launch_dependents();
+  const int tile = blockIdx.y;
+  if (tile >= args.totals[2]) return;
+  const int n0 = blockIdx.x * BLOCK_N;
+  const int expert = args.tile_expert[tile];
+  const int row0 = tile * BLOCK_M;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wn = warp % WARPS_N, wk = warp / WARPS_N;
+  const int g = lane >> 2, t = lane & 3;
+
+  __shared__ int s_slot[BLOCK_M];  // token * top_k + slot, -1 = padding row
+  __shared__ int s_arow[BLOCK_M];  // row of A to read, -1 = zeros
+  __shared__ float s_weight[BLOCK_M];
+  __shared__ float s_partial[WARPS_K > 1 ? WARPS_K - 1 : 1][WARPS_N][NF * 4][32];  // warps wk >= 1
+  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) + sizeof(s_partial) ==
+                    moe_swap_ab_static_smem_bytes(BLOCK_M, WARPS_N, WARPS_K),
+                "the host checks shared memory with moe_swap_ab_static_smem_bytes");
+  for (int i = tid; i < BLOCK_M; i += THREADS) {
+    const int slot = args.gather_index[row0 + i];
+    s_slot[i] = slot;
+    s_arow[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + i);
+    s_weight[i] = (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
+  }
+  __syncthreads();
+
+  // This lane's two weight rows (-1 past the output columns).
+  auto weight_row = [&](int col, int half) {
+    if (col >= args.n_out) return -1;
+    return !GATED ? col : (INTERLEAVED ? 2 * col + half : col + half * args.up_row_offset);
+  };
+  int wrow[2], col[2];
+  if constexpr (GATED) {
+    col[0] = col[1] = n0 + wn * 8 + g;
+    wrow[0] = weight_row(col[0], 0);
+    wrow[1] = weight_row(col[0], 1);
+  } else {
+    col[0] = n0 + wn * 16 + g;
+    col[1] = col[0] + 8;
+    wrow[0] = weight_row(col[0], 0);
+    wrow[1] = weight_row(col[1], 0);
+  }
+  const unsigned char* b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride + t * 16;
+  const unsigned char* w_ptr[2];
+  long long scale_row[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    w_ptr[h] = b_base + (wrow[h] < 0 ? 0 : wrow[h]) * args.ldb;
+    scale_row[h] = wrow[h] < 0 ? 0
+                               : expert * args.b_scale_expert_stride + (wrow[h] >> args.b_scale_row_shift) * args.b_scale_row_stride;
+  }
+  const unsigned char* a_base = static_cast<const unsigned char*>(args.a);
+  const unsigned char* a_ptr[NF];  // this lane's token of each n8 fragment (null = padding row)
+#pragma unroll
+  for (int f = 0; f < NF; ++f) {
+    const int arow = s_arow[f * 8 + g];
+    a_ptr[f] = arow < 0 ? nullptr : a_base + arow * args.lda + t * CHUNK_K * 2;
+  }
+
+  // k blocks of this CTA (its split) and of this warp: b = b_begin + wk, + WARPS_K, ...
+  const int blocks = (args.inner + KB - 1) / KB;
+  const int per_split = args.k_tiles_per_split > 0 ? args.k_tiles_per_split : blocks;
+  const int b_begin = blockIdx.z * per_split;
+  const int b_end = min(blocks, b_begin + per_split);
+
+  auto load_block = [&](int b) {
+    LaneBlock<QUANT> v;
+    const int k = b * KB + t * CHUNK_K;
+    const bool in_k = b < b_end && k < args.inner;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      v.w[h] = make_uint4(0u, 0u, 0u, 0u);
+      v.scale[h] = 1.f;
+      v.zero[h] = 8.f;
+      if (in_k && wrow[h] >= 0) {
+        v.w[h] = load_stream(w_ptr[h] + static_cast<long long>(b) * 64);
+        const long long si = scale_row[h] + (k >> args.b_scale_k_shift);
+        if constexpr (QUANT == kQuantInt4Group) {
+          v.scale[h] = sm80::to_float<DTYPE>(__ldg(static_cast<const unsigned short*>(args.b_scale) + si));
+          if (args.b_zero) v.zero[h] = static_cast<float>(__ldg(args.b_zero + si));
+        } else if constexpr (QUANT == kQuantMxfp4) {
+          v.scale[h] = dequant::e8m0_to_float(__ldg(static_cast<const unsigned char*>(args.b_scale) + si));
+        }
+      }
+    }
+    return v;
+  };
+
+  float acc[NF][4];
+#pragma unroll
+  for (int f = 0; f < NF; ++f)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[f][e] = 0.f;
+
+  auto compute_block = [&](const LaneBlock<QUANT>& v, int b) {
+    const int k = b * KB + t * CHUNK_K;
+    const bool in_k = b < b_end && k < args.inner;
+    // Activations of the chunk for each token (zeros on padding rows and past the end: 0 * a
+    // non-finite weight would otherwise poison the sum).
+    uint4 x[NF][GROUPS];
+#pragma unroll
+    for (int f = 0; f < NF; ++f)
+#pragma unroll
+      for (int q = 0; q < GROUPS; ++q)
+        x[f][q] = (in_k && a_ptr[f] != nullptr)
+                      ? __ldg(reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(b) * KB * 2) + q)
+                      : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int q = 0; q < GROUPS; ++q) {
+      uint4 p[2];  // 8 weights (4 DTYPE pairs) of rows g and g + 8
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const unsigned word[4] = {v.w[h].x, v.w[h].y, v.w[h].z, v.w[h].w};
+        if constexpr (QUANT == kQuantNone) p[h] = v.w[h];
+        else if constexpr (BITS == 4) p[h] = dequant::dequant8<QUANT, DTYPE>(word[q], 0u, v.scale[h], v.zero[h]);
+        else p[h] = dequant::dequant8<QUANT, DTYPE>(word[2 * q], word[2 * q + 1], v.scale[h], v.zero[h]);
+      }
+      const unsigned a0[4] = {p[0].x, p[1].x, p[0].y, p[1].y};  // step 2q: j = 8q + 0..3
+      const unsigned a1[4] = {p[0].z, p[1].z, p[0].w, p[1].w};  // step 2q + 1: j = 8q + 4..7
+#pragma unroll
+      for (int f = 0; f < NF; ++f) {
+        sm80::mma_16816<DTYPE>(acc[f], a0, x[f][q].x, x[f][q].y);
+        sm80::mma_16816<DTYPE>(acc[f], a1, x[f][q].z, x[f][q].w);
+      }
+    }
+  };
+
+  // Register ring: STAGES blocks in flight; each consumed slot is refilled with the block STAGES
+  // further on before the consumed one is computed, so loads stay in flight through the math.
+  {
+    LaneBlock<QUANT> ring[STAGES];
+    int b = b_begin + wk;
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) ring[s] = load_block(b + s * WARPS_K);
+    for (; b < b_end; b += STAGES * WARPS_K) {
+#pragma unroll
+      for (int s = 0; s < STAGES; ++s) {
+        const int bs = b + s * WARPS_K;
+        const LaneBlock<QUANT> cur = ring[s];
+        ring[s] = load_block(bs + STAGES * WARPS_K);
+        if (bs < b_end) compute_block(cur, bs);
+      }
+    }
+  }
+
+  // Sum the WARPS_K partial sums in warp order.
+  if constexpr (WARPS_K > 1) {
+    if (wk > 0)
+#pragma unroll
+      for (int f = 0; f < NF; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s_partial[wk - 1][wn][f * 4 + e][lane] = acc[f][e];
+    __syncthreads();
+    if (wk > 0) return;
+#pragma unroll
+    for (int w = 0; w < WARPS_K - 1; ++w)
+#pragma unroll
+      for (int f = 0; f < NF; ++f)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[f][e] += s_partial[w][wn][f * 4 + e][lane];
+  }
+
+  // Epilogue: acc[f][h * 2 + j] is row g + 8h, token f * 8 + 2t + j.
+  float row_scale[2] = {1.f, 1.f};  // int8 per-channel weight scales
+  if constexpr (quant_scales_in_epilogue(QUANT)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      row_scale[h] = wrow[h] < 0 ? 0.f : static_cast<const float*>(args.b_scale)[scale_row[h]];
+  }
+  const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
+                                                                           : nullptr;
+#pragma unroll
+  for (int f = 0; f < NF; ++f)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int rl = f * 8 + 2 * t + j;
+      const int slot = s_slot[rl];
+      if (slot < 0) continue;
+      const float w = s_weight[rl];
+      float v[2] = {acc[f][j] * row_scale[0], acc[f][2 + j] * row_scale[1]};
+      if constexpr (ROLE == kRoleGemm1) {
+        unsigned short* c_row = static_cast<unsigned short*>(args.c) + (row0 + rl) * args.ldc;
+        if (args.weight_on_input) v[0] *= w, v[1] *= w;
+        if (bias) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (wrow[h] >= 0) v[h] += bias[wrow[h]];
+        }
+        if constexpr (GATED) {
+          if (col[0] < args.n_out) c_row[col[0]] = sm80::from_float<DTYPE>(act::gated<ACT>(v[0], v[1], args.alpha, args.limit));
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (col[h] < args.n_out) c_row[col[h]] = sm80::from_float<DTYPE>(act::single<ACT>(v[h]));
+        }
+      } else {
+        float* c = static_cast<float*>(args.c);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (col[h] >= args.n_out) continue;
+          if (bias) v[h] += bias[col[h]];
+          if (args.weight_on_output) v[h] *= w;
+          if constexpr (ROLE == kRoleGemm2Rows) c[slot * args.ldc + col[h]] = v[h];
+          else atomicAdd(c + (slot / args.top_k) * args.ldc + col[h], v[h]);
+        }
+      }
+    }
+}
+
+}  // namespace moejit
