@@ -40,7 +40,7 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m) {
   if (block_m < 16) {  // the swap-AB kernel's alone
     MoeTileConfig c;
     c.block_m = block_m;
-    c.gemm1 = c.gemm2 = swap_ab_tile(4, 2, 4);
+    c.gemm1 = c.gemm2 = swap_ab_tile(4, 1, 2);
     return c;
   }
   // The heuristic picks block_m from rows per expert; ask it at a batch that lands on block_m (the
@@ -79,7 +79,7 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
   };
   // Swap-AB (decode): warps along the columns x along k, and k blocks in flight per warp.
   if (block_m <= 32 && swap_ab_supported(spec, gemm1))
-    for (const auto& [wn, wk, stages] : {std::tuple{4, 2, 4}, {2, 4, 4}, {4, 4, 2}, {8, 1, 4}, {2, 2, 8}, {4, 1, 8}})
+    for (const auto& [wn, wk, stages] : {std::tuple{4, 1, 2}, {4, 2, 2}, {4, 4, 2}, {2, 8, 2}, {8, 1, 2}, {4, 1, 4}})
       add_if_fits(swap_ab_tile(wn, wk, stages));
   if (block_m < 16) return out;  // the shared-memory kernel's tiles have 16 rows at least
   // k step in elements: a 128-byte smem row, or a 64-byte one (fp8: one byte per element).

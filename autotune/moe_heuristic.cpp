@@ -16,6 +16,27 @@ int rows_per_expert(const MoeSpec& spec, long long num_tokens) {
   const long long rows = num_tokens * spec.top_k;
   return static_cast<int>((rows + spec.local_experts() - 1) / spec.local_experts());
 }
+// Swap-AB decode tiles, 2 k blocks in flight per warp (gpt-oss-120b MXFP4 on an H200 at M = 1 /
+// 16 / 128: w4x1 s2 45 / 332 / 817 us, s4 48 / 369 / 916, w8x1 s2 49 / 369 / 922, w16x1 s2 50 /
+// 392 / 989). Warps along k: enough that the grid holds about 16 warps per SM of a 132-SM part
+// (its k blocks shared out), and no more (gpt-oss GEMM1 at M = 1 has 1440 warps at one per row
+// group: w4x2 ran slower than w4x1). Narrow layers (DeepSeek-V3 TP8: N = 256) take 2 warps along
+// the columns and up to 8 along k (16 warps per CTA at most).
+constexpr long long kSwapAbTargetWarps = 132 * 16;
+GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, bool gemm1) {
+  const bool gated = gemm1 && spec.fused && activation_is_gated(spec.activation);
+  const long long cols = gemm1 ? (spec.fused ? spec.intermediate : spec.w1_rows()) : spec.hidden;
+  const long long rows = static_cast<long long>(std::max(num_tokens, 1)) * spec.top_k;
+  const long long tiles = std::min<long long>(rows, spec.local_experts()) + rows / block_m;  // ~ one partial per expert
+  const long long k_blocks = ((gemm1 ? spec.hidden : spec.intermediate) + moe_swap_ab_block_k() - 1) / moe_swap_ab_block_k();
+  for (int wn : {4, 2}) {
+    const long long block_n = moe_swap_ab_block_n(wn, gated);
+    const long long warps = (cols + block_n - 1) / block_n * tiles * wn;  // at one warp along k
+    const long long wk = std::clamp<long long>(kSwapAbTargetWarps / warps, 1, std::max(1LL, k_blocks / 4));
+    if (wk <= 16 / wn || wn == 2) return swap_ab_tile(wn, static_cast<int>(std::min<long long>(wk, 16 / wn)), 2);
+  }
+  return swap_ab_tile(4, 1, 2);  // not reached
+}
 }  // namespace
 
 std::string MoeTileConfig::describe() const {
@@ -40,7 +61,7 @@ GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k) {
 
 bool swap_ab_supported(const MoeSpec& spec, bool gemm1) {
   const int inner = gemm1 ? spec.hidden : spec.intermediate;
-  return spec.reduce == ReduceMode::Fast && !quant_is_fp8(spec.quant) && inner % moe_swap_ab_chunk_k(spec.quant) == 0;
+  return spec.reduce == ReduceMode::Fast && !quant_is_fp8(spec.quant) && inner % moe_swap_ab_load_k(spec.quant) == 0;
 }
 
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab) {
@@ -79,13 +100,13 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
       t->stages = 4;  // with the DTYPE tile, 4 slots keep two CTAs per SM
     }
   }
-  // Few tokens per expert and 4-bit weights: the swap-AB kernel (no shared-memory dequantization,
-  // which bounds the kernel above). Eight tokens per tile while most experts get fewer.
+  // Few tokens per expert and 4-bit weights: the swap-AB kernel (dequantization in registers; in
+  // shared memory it bounds decode). Eight tokens per tile while most experts get fewer.
   if (swap_ab && rows <= 16 && quant_weight_bits(spec.quant) == 4 && swap_ab_supported(spec, true) &&
       swap_ab_supported(spec, false)) {
     c.block_m = rows <= 8 ? 8 : 16;
-    c.gemm1 = swap_ab_tile(4, 2, 4);
-    c.gemm2 = swap_ab_tile(4, 2, 4);
+    c.gemm1 = swap_ab_decode_tile(spec, num_tokens, c.block_m, true);
+    c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);
     return c;
   }
   // Narrower tiles where the accumulators would not fit the registers (gated fp8_block).

@@ -168,7 +168,7 @@ FamilyInfo moe_gemm_swap_ab_family() {
                               "over {} tokens) exceed {}",
                               smem, wn, wk, bm, kMaxStaticSharedBytes));
     s.params["block_n"] = std::int64_t(moe_swap_ab_block_n(int(wn), activation_is_gated(act)));
-    s.params["block_k"] = std::int64_t(moe_swap_ab_block_k(quant));
+    s.params["block_k"] = std::int64_t(moe_swap_ab_block_k());
     s.params["threads"] = 32 * wn * wk;
     s.params["smem_bytes"] = std::int64_t(0);
   };

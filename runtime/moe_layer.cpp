@@ -156,7 +156,7 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
       MOEJIT_REQUIRE(swap_ab_supported(spec, gemm1),
                      "moe: tile config {} runs {} on the swap-AB kernel, which needs the fast reduce mode, weights "
                      "that are not w8a8 and a reduction length of whole {}-weight chunks ({} here)",
-                     c.describe(), gemm1 ? "GEMM1" : "GEMM2", moe_swap_ab_chunk_k(spec.quant),
+                     c.describe(), gemm1 ? "GEMM1" : "GEMM2", moe_swap_ab_load_k(spec.quant),
                      gemm1 ? spec.hidden : spec.intermediate);
       MOEJIT_REQUIRE(t.block_n == 0 && t.block_k == 0 && t.warps_m == 0,
                      "moe: tile config {}: a swap-AB tile derives block_n, block_k and has no warps_m (0 each)",

@@ -86,12 +86,12 @@ MOEJIT_HOST_DEVICE constexpr int moe_gemm_max_accumulators(bool gated, int quant
   return quant_is_fp8(quant) && (gated || quant != kQuantFp8Block) ? 96 : 128;
 }
 
-// The swap-AB decode path (moe_gemm_swap_ab.cuh): weights per 16-byte load (one lane's chunk of a
-// row), k per block (four lanes of a row), output columns per CTA (8 per warp when gated: gate and
-// up rows share a warp; else 16), and its static shared memory (per-row arrays as below, plus the
-// partial sums of warps 1.. along k).
-MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_chunk_k(int quant) { return 128 / quant_weight_bits(quant); }
-MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_block_k(int quant) { return 4 * moe_swap_ab_chunk_k(quant); }
+// The swap-AB decode path (moe_gemm_swap_ab.cuh): k per block (32 per lane, four lanes per row),
+// weights per 16-byte load, output columns per CTA (8 per warp when gated: gate and up rows share
+// a warp; else 16), and its static shared memory (per-row arrays as below, plus the partial sums of
+// warps 1.. along k). The reduction length must be whole 16-byte loads (a multiple of the load k).
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_block_k() { return 128; }
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_load_k(int quant) { return 128 / quant_weight_bits(quant); }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_block_n(int warps_n, bool gated) { return warps_n * (gated ? 8 : 16); }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int warps_n, int warps_k) {
   return 12 * block_m + (warps_k > 1 ? warps_k - 1 : 1) * warps_n * (block_m / 8) * 4 * 32 * 4;

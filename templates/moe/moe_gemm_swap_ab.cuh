@@ -41,12 +41,13 @@ __device__ inline uint4 load_stream(const void* p) {
   return v;
 }
 
-// One k block of one lane as loaded: its 16 stored bytes of rows g and g + 8 and their scales.
-template <int QUANT>
+// One k block of one lane as loaded: LOADS x 16 stored bytes of rows g and g + 8, and their scale
+// and zero-point bits (4-bit formats: one scale group covers the lane's 32 k).
+template <int LOADS>
 struct LaneBlock {
-  uint4 w[2];
-  float scale[2];
-  float zero[2];
+  uint4 w[2][LOADS];
+  unsigned scale[2];
+  unsigned zero[2];
 };
 
 }  // namespace swap_ab_detail
@@ -57,14 +58,15 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   constexpr bool GATED = activation_is_gated(ACT);
   constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
   constexpr int BITS = quant_weight_bits(QUANT);
-  constexpr int CHUNK_K = moe_swap_ab_chunk_k(QUANT);  // weights per 16-byte load
-  constexpr int KB = moe_swap_ab_block_k(QUANT);       // k per block
-  constexpr int GROUPS = CHUNK_K / 8;                  // 8-element groups per chunk (two mma steps each)
+  constexpr int KB = moe_swap_ab_block_k();             // k per block: 32 per lane
+  constexpr int K_PER_LOAD = moe_swap_ab_load_k(QUANT);  // weights per 16-byte load
+  constexpr int LOADS = 32 / K_PER_LOAD;                 // 16-byte loads per row and lane
+  constexpr int ROW_BYTES = KB * BITS / 8;               // stored bytes of a row per block
   constexpr int NF = BLOCK_M / 8;                      // n8 fragments (tokens)
   constexpr int BLOCK_N = moe_swap_ab_block_n(WARPS_N, GATED);  // the host sizes the grid with it
   constexpr int THREADS = WARPS_N * WARPS_K * 32;
   static_assert(!quant_is_fp8(QUANT), "w8a8 formats take moe_gemm_sm80.cuh");
-  static_assert(BITS * CHUNK_K == 128 && GROUPS >= 1, "one 16-byte load per chunk");
+  static_assert(K_PER_LOAD * BITS == 128 && LOADS * K_PER_LOAD == 32, "whole 16-byte loads per lane chunk");
   static_assert(BLOCK_M % 8 == 0 && NF >= 1 && NF <= 4, "BLOCK_M is 8, 16, 24 or 32");
   static_assert(STAGES >= 1 && STAGES <= 8, "1..8 k blocks in flight");
 
@@ -94,7 +96,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   }
   __syncthreads();
 
-  // This lane's two weight rows (-1 past the output columns).
+  // This lane's two weight rows (-1 past the output columns: they read row 0 and are never stored).
   auto weight_row = [&](int col, int half) {
     if (col >= args.n_out) return -1;
     return !GATED ? col : (INTERLEAVED ? 2 * col + half : col + half * args.up_row_offset);
@@ -110,46 +112,66 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
     wrow[0] = weight_row(col[0], 0);
     wrow[1] = weight_row(col[1], 0);
   }
-  const unsigned char* b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride + t * 16;
-  const unsigned char* w_ptr[2];
-  long long scale_row[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    w_ptr[h] = b_base + (wrow[h] < 0 ? 0 : wrow[h]) * args.ldb;
-    scale_row[h] = wrow[h] < 0 ? 0
-                               : expert * args.b_scale_expert_stride + (wrow[h] >> args.b_scale_row_shift) * args.b_scale_row_stride;
-  }
-  const unsigned char* a_base = static_cast<const unsigned char*>(args.a);
-  const unsigned char* a_ptr[NF];  // this lane's token of each n8 fragment (null = padding row)
-#pragma unroll
-  for (int f = 0; f < NF; ++f) {
-    const int arow = s_arow[f * 8 + g];
-    a_ptr[f] = arow < 0 ? nullptr : a_base + arow * args.lda + t * CHUNK_K * 2;
-  }
 
-  // k blocks of this CTA (its split) and of this warp: b = b_begin + wk, + WARPS_K, ...
+  // k blocks of this CTA (its split) and of this warp: b = b_begin + wk, + WARPS_K, ...; lane t
+  // reads k [b * KB + 32t, +32) of each block, loads past k_limit read nothing (zeros).
   const int blocks = (args.inner + KB - 1) / KB;
   const int per_split = args.k_tiles_per_split > 0 ? args.k_tiles_per_split : blocks;
   const int b_begin = blockIdx.z * per_split;
   const int b_end = min(blocks, b_begin + per_split);
+  const int b_first = b_begin + wk;
+  // The ring turn's first block and this lane's k left from it (pointers below follow it).
+  int b_base = b_first;
+  int k_left = args.inner - (b_first * KB + t * 32);
 
-  auto load_block = [&](int b) {
-    LaneBlock<QUANT> v;
-    const int k = b * KB + t * CHUNK_K;
-    const bool in_k = b < b_end && k < args.inner;
+  // Pointers at block b_first; the ring reads block b_first + i * WARPS_K at compile-time offsets.
+  const unsigned char* w_ptr[2];
+  const unsigned char* scale_ptr[2];  // 4-bit formats: this lane's scale of its row at b_first
+  const unsigned char* zero_ptr[2];
+  const int k_first = b_first * KB + t * 32;
+  const int scale_step = (WARPS_K * KB) >> args.b_scale_k_shift;  // scales per ring step
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const long long row = wrow[h] < 0 ? 0 : wrow[h];
+    w_ptr[h] = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride + row * args.ldb +
+               static_cast<long long>(k_first) * BITS / 8;
+    const long long si = expert * args.b_scale_expert_stride + (row >> args.b_scale_row_shift) * args.b_scale_row_stride +
+                         (k_first >> args.b_scale_k_shift);
+    constexpr int SCALE_BYTES = QUANT == kQuantInt4Group ? 2 : 1;
+    scale_ptr[h] = BITS == 4 ? static_cast<const unsigned char*>(args.b_scale) + si * SCALE_BYTES : nullptr;
+    zero_ptr[h] = args.b_zero ? args.b_zero + si : nullptr;
+  }
+  // Activations: this lane's 32 k of each n8 fragment's token; padding rows read the tile's first
+  // row (a routed row: tiles start with one) and are never stored.
+  const unsigned char* a_ptr[NF];
+#pragma unroll
+  for (int f = 0; f < NF; ++f) {
+    const int arow = s_arow[f * 8 + g] >= 0 ? s_arow[f * 8 + g] : s_arow[0];
+    a_ptr[f] = static_cast<const unsigned char*>(args.a) + arow * args.lda + static_cast<long long>(k_first) * 2;
+  }
+
+  // Block b_base + i * WARPS_K (i is a compile-time step when unrolled).
+  auto load_block = [&](int i) {
+    LaneBlock<LOADS> v;
+    const int kb = i * WARPS_K * KB;  // k of the block relative to the turn's
+    const bool in_block = b_base + i * WARPS_K < b_end;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      v.w[h] = make_uint4(0u, 0u, 0u, 0u);
-      v.scale[h] = 1.f;
-      v.zero[h] = 8.f;
-      if (in_k && wrow[h] >= 0) {
-        v.w[h] = load_stream(w_ptr[h] + static_cast<long long>(b) * 64);
-        const long long si = scale_row[h] + (k >> args.b_scale_k_shift);
-        if constexpr (QUANT == kQuantInt4Group) {
-          v.scale[h] = sm80::to_float<DTYPE>(__ldg(static_cast<const unsigned short*>(args.b_scale) + si));
-          if (args.b_zero) v.zero[h] = static_cast<float>(__ldg(args.b_zero + si));
-        } else if constexpr (QUANT == kQuantMxfp4) {
-          v.scale[h] = dequant::e8m0_to_float(__ldg(static_cast<const unsigned char*>(args.b_scale) + si));
+#pragma unroll
+      for (int l = 0; l < LOADS; ++l) {
+        const bool valid = in_block && kb + l * K_PER_LOAD < k_left;
+        v.w[h][l] = valid ? load_stream(w_ptr[h] + static_cast<long long>(i) * WARPS_K * ROW_BYTES + l * 16)
+                          : make_uint4(0u, 0u, 0u, 0u);
+      }
+      v.scale[h] = 0u;
+      v.zero[h] = 8u;
+      if constexpr (BITS == 4) {
+        if (in_block && kb < k_left) {
+          if constexpr (QUANT == kQuantInt4Group)
+            v.scale[h] = __ldg(reinterpret_cast<const unsigned short*>(scale_ptr[h]) + i * scale_step);
+          else
+            v.scale[h] = __ldg(scale_ptr[h] + i * scale_step);
+          if (zero_ptr[h]) v.zero[h] = __ldg(zero_ptr[h] + i * scale_step);
         }
       }
     }
@@ -162,31 +184,47 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[f][e] = 0.f;
 
-  auto compute_block = [&](const LaneBlock<QUANT>& v, int b) {
-    const int k = b * KB + t * CHUNK_K;
-    const bool in_k = b < b_end && k < args.inner;
-    // Activations of the chunk for each token (zeros on padding rows and past the end: 0 * a
+  // Eight weights (four DTYPE pairs) of group q (k 8q .. 8q + 7 of the lane's chunk) of row h.
+  auto dequant_group = [&](const LaneBlock<LOADS>& v, int h, int q, bool exact_mxfp4) {
+    const uint4 raw = v.w[h][q * 8 / K_PER_LOAD];
+    const unsigned word[4] = {raw.x, raw.y, raw.z, raw.w};
+    if constexpr (QUANT == kQuantNone) {
+      return raw;
+    } else if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
+      if (!exact_mxfp4) return dequant::mxfp4x8_bf16_scaled(word[q], dequant::mxfp4_bf16_factor(v.scale[h]));
+      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scale[h]), 0.f);
+    } else if constexpr (QUANT == kQuantMxfp4) {
+      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scale[h]), 0.f);
+    } else if constexpr (QUANT == kQuantInt4Group) {
+      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, sm80::to_float<DTYPE>(static_cast<unsigned short>(v.scale[h])),
+                                              static_cast<float>(v.zero[h]));
+    } else {  // int8: group q is half q % 2 of load q / 2
+      return dequant::dequant8<QUANT, DTYPE>(word[2 * (q % 2)], word[2 * (q % 2) + 1], 1.f, 0.f);
+    }
+  };
+
+  auto compute_block = [&](const LaneBlock<LOADS>& v, int i) {
+    const int kb = i * WARPS_K * KB;  // relative to the turn's
+    // Activations of the chunk for each token, 8 k per load (zeros past the end: 0 * a
     // non-finite weight would otherwise poison the sum).
-    uint4 x[NF][GROUPS];
+    uint4 x[NF][4];
 #pragma unroll
     for (int f = 0; f < NF; ++f)
 #pragma unroll
-      for (int q = 0; q < GROUPS; ++q)
-        x[f][q] = (in_k && a_ptr[f] != nullptr)
-                      ? __ldg(reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(b) * KB * 2) + q)
+      for (int q = 0; q < 4; ++q)
+        x[f][q] = kb + q * 8 < k_left
+                      ? __ldg(reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(kb) * 2) + q)
                       : make_uint4(0u, 0u, 0u, 0u);
+    // Scales above 2 (and NaN) make the folded MXFP4 multiply overflow: the block goes the exact way.
+    bool exact_mxfp4 = false;
+    if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16)
+      exact_mxfp4 = __any_sync(0xffffffffu, !dequant::mxfp4_bf16_factor_fits(v.scale[0]) ||
+                                                !dequant::mxfp4_bf16_factor_fits(v.scale[1]));
 #pragma unroll
-    for (int q = 0; q < GROUPS; ++q) {
-      uint4 p[2];  // 8 weights (4 DTYPE pairs) of rows g and g + 8
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const unsigned word[4] = {v.w[h].x, v.w[h].y, v.w[h].z, v.w[h].w};
-        if constexpr (QUANT == kQuantNone) p[h] = v.w[h];
-        else if constexpr (BITS == 4) p[h] = dequant::dequant8<QUANT, DTYPE>(word[q], 0u, v.scale[h], v.zero[h]);
-        else p[h] = dequant::dequant8<QUANT, DTYPE>(word[2 * q], word[2 * q + 1], v.scale[h], v.zero[h]);
-      }
-      const unsigned a0[4] = {p[0].x, p[1].x, p[0].y, p[1].y};  // step 2q: j = 8q + 0..3
-      const unsigned a1[4] = {p[0].z, p[1].z, p[0].w, p[1].w};  // step 2q + 1: j = 8q + 4..7
+    for (int q = 0; q < 4; ++q) {
+      const uint4 p0 = dequant_group(v, 0, q, exact_mxfp4), p1 = dequant_group(v, 1, q, exact_mxfp4);
+      const unsigned a0[4] = {p0.x, p1.x, p0.y, p1.y};  // step 2q: k 8q + 0..3
+      const unsigned a1[4] = {p0.z, p1.z, p0.w, p1.w};  // step 2q + 1: k 8q + 4..7
 #pragma unroll
       for (int f = 0; f < NF; ++f) {
         sm80::mma_16816<DTYPE>(acc[f], a0, x[f][q].x, x[f][q].y);
@@ -198,18 +236,30 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   // Register ring: STAGES blocks in flight; each consumed slot is refilled with the block STAGES
   // further on before the consumed one is computed, so loads stay in flight through the math.
   {
-    LaneBlock<QUANT> ring[STAGES];
-    int b = b_begin + wk;
+    LaneBlock<LOADS> ring[STAGES];
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) ring[s] = load_block(b + s * WARPS_K);
-    for (; b < b_end; b += STAGES * WARPS_K) {
+    for (int s = 0; s < STAGES; ++s) ring[s] = load_block(s);
+    for (; b_base < b_end;) {
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) {
-        const int bs = b + s * WARPS_K;
-        const LaneBlock<QUANT> cur = ring[s];
-        ring[s] = load_block(bs + STAGES * WARPS_K);
-        if (bs < b_end) compute_block(cur, bs);
+        const LaneBlock<LOADS> cur = ring[s];
+        ring[s] = load_block(s + STAGES);
+        if (b_base + s * WARPS_K < b_end) compute_block(cur, s);
       }
+      // Advance to the next ring turn.
+      const int turn = STAGES * WARPS_K;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        w_ptr[h] += static_cast<long long>(turn) * ROW_BYTES;
+        if constexpr (BITS == 4) {
+          scale_ptr[h] += (QUANT == kQuantInt4Group ? 2 : 1) * STAGES * scale_step;
+          if (zero_ptr[h]) zero_ptr[h] += STAGES * scale_step;
+        }
+      }
+#pragma unroll
+      for (int f = 0; f < NF; ++f) a_ptr[f] += static_cast<long long>(turn) * KB * 2;
+      b_base += turn;
+      k_left -= turn * KB;
     }
   }
 
@@ -235,7 +285,10 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   if constexpr (quant_scales_in_epilogue(QUANT)) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      row_scale[h] = wrow[h] < 0 ? 0.f : static_cast<const float*>(args.b_scale)[scale_row[h]];
+      row_scale[h] = wrow[h] < 0 ? 0.f
+                                 : static_cast<const float*>(args.b_scale)[expert * args.b_scale_expert_stride +
+                                                                           (wrow[h] >> args.b_scale_row_shift) *
+                                                                               args.b_scale_row_stride];
   }
   const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
                                                                            : nullptr;
