@@ -2,6 +2,8 @@
 // moe_activation (unfused mode) and moe_reduce (top-k sum and fp32 -> dtype cast).
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "jit/family_builders.h"
 #include "jit/moe_names.h"
@@ -161,6 +163,15 @@ FamilyInfo moe_gemm_swap_ab_family() {
     if (bm % 8 != 0)
       throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: block_m = {} is not a multiple of 8", bm));
     if (wn * wk > 16) throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: {} warps exceed 16", wn * wk));
+    const int regs = moe_swap_ab_data_registers(int(bm), int(s.get_int("stages")), quant);
+    const int reg_limit = static_cast<int>(std::min<std::int64_t>(255, 65536 / (32 * wn * wk)));
+    if (regs > moe_swap_ab_max_data_registers(reg_limit))
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_swap_ab: {} registers of ring, activations and sums per thread ({} stages of "
+                              "{}-bit weights, {} tokens) exceed {} at {} threads: registers would spill (fewer "
+                              "stages, tokens or warps)",
+                              regs, s.get_int("stages"), quant_weight_bits(quant), bm,
+                              moe_swap_ab_max_data_registers(reg_limit), 32 * wn * wk));
     const std::int64_t smem = moe_swap_ab_static_smem_bytes(int(bm), int(wn), int(wk));
     if (smem > kMaxStaticSharedBytes)
       throw Error(Phase::Validate,

@@ -102,6 +102,65 @@ TEST_CASE("autotune: tuned DB round trip, exact / nearest / missing lookups") {
   CHECK(merged.lookup("another", 8).has_value());
 }
 
+TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the layer can run them") {
+  MoeSpec mx = qwen3();
+  mx.quant = kQuantMxfp4;
+  // The heuristic: swap-AB for 4-bit decode in the fast mode, 8-row tiles while experts get fewer.
+  const MoeTileConfig decode = heuristic_tile_config(mx, 1);
+  CHECK(decode.block_m == 8);
+  CHECK(decode.gemm1.swap_ab);
+  CHECK(decode.gemm2.swap_ab);
+  CHECK(decode.describe().find("swapab w") != std::string::npos);
+  CHECK_FALSE(heuristic_tile_config(mx, 4096).gemm1.swap_ab);  // prefill: the shared-memory kernel
+  CHECK_FALSE(heuristic_tile_config(mx, 1, false).gemm1.swap_ab);
+  // Grids of few warps (N = 256) take more warps along k.
+  MoeSpec narrow = mx;
+  narrow.num_experts = 256;
+  narrow.hidden = 7168;
+  narrow.intermediate = 256;
+  const GemmTile g1 = heuristic_tile_config(narrow, 1).gemm1;
+  CHECK(g1.warps_n * g1.warps_k > 4);
+  CHECK(g1.warps_n * g1.warps_k <= 16);
+  MoeSpec det = mx;
+  det.reduce = ReduceMode::Deterministic;
+  CHECK_FALSE(heuristic_tile_config(det, 1).gemm1.swap_ab);
+  CHECK(candidate_block_ms(det, 1) == std::vector<int>{16});
+  for (const auto& t : candidate_tiles(det, 16, true, {})) CHECK_FALSE(t.swap_ab);
+  int swap_candidates = 0;
+  for (const auto& t : candidate_tiles(mx, 16, true, {})) swap_candidates += t.swap_ab;
+  CHECK(swap_candidates >= 4);
+  for (const auto& t : candidate_tiles(mx, 8, false, {})) CHECK(t.swap_ab);  // 8 rows: swap-AB alone
+
+  // JSON: swap-AB tiles carry warps_n / warps_k / stages (and split_k), and come back equal.
+  MoeTileConfig c = decode;
+  c.gemm2.split_k = 3;
+  CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
+  CHECK(tile_config_to_json(c)["gemm1"].contains("warps_k"));
+  CHECK_FALSE(tile_config_to_json(c)["gemm1"].contains("block_n"));
+
+  // What the layer refuses, before anything compiles: the deterministic mode, w8a8, tiles with
+  // block_n / block_k / warps_m set, GEMM1 split across CTAs, a reduction length of partial loads.
+  auto refused = [](const MoeSpec& spec, const MoeTileConfig& config, const char* what) {
+    CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(spec, config, "sm_90a"), doctest::Contains(what), Error);
+  };
+  refused(det, decode, "fast reduce mode");
+  MoeSpec fp8 = mx;
+  fp8.quant = kQuantFp8Block;
+  refused(fp8, decode, "not w8a8");
+  MoeTileConfig odd = decode;
+  odd.gemm1.block_n = 64;
+  refused(mx, odd, "derives block_n");
+  odd = decode;
+  odd.gemm1.split_k = 2;
+  refused(mx, odd, "does not split k across CTAs");
+  MoeSpec tail = qwen3();
+  tail.hidden = 2056;  // 8-element multiple, but not a whole 16-byte load of 4-bit weights
+  tail.quant = kQuantNone;
+  CHECK_NOTHROW(moe_expert_kernel_specs(tail, decode, "sm_90a"));  // bf16: 8 k per load
+  tail.quant = kQuantInt8Channel;
+  refused(tail, decode, "whole 16-weight chunks");
+}
+
 TEST_CASE("autotune: DB metadata rules, corrupt files, bad entries") {
   TunedDb db(h200());
   DbMetadata now = h200();

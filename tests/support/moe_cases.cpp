@@ -251,13 +251,13 @@ std::vector<MoeSwapAbCase> moe_swap_ab_cases() {
       for (int variant = 0; variant < 3; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
-        // One warp column and many along k; several columns with a ring of one; the default with
+        // One warp column and many along k; several columns with a ring of one; two along k with
         // GEMM2 split over three CTAs (k blocks not a multiple of it).
         if (variant == 0) c.gemm1 = c.gemm2 = swap_ab_tile(1, 4, 2);
         if (variant == 1) c.gemm1 = c.gemm2 = swap_ab_tile(8, 1, 1);
         if (variant == 2) {
-          c.gemm1 = swap_ab_tile(4, 2, 4);
-          c.gemm2 = swap_ab_tile(2, 2, 3, spec.fused ? 3 : 1);
+          c.gemm1 = swap_ab_tile(4, 2, 2);
+          c.gemm2 = swap_ab_tile(2, 2, 2, spec.fused ? 3 : 1);
         }
         out.push_back({spec, c, {1, 7, 40}});
       }
