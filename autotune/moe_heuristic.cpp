@@ -61,7 +61,7 @@ GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k) {
 
 bool swap_ab_supported(const MoeSpec& spec, bool gemm1) {
   const int inner = gemm1 ? spec.hidden : spec.intermediate;
-  return spec.reduce == ReduceMode::Fast && !quant_is_fp8(spec.quant) && inner % moe_swap_ab_load_k(spec.quant) == 0;
+  return spec.reduce == ReduceMode::Fast && inner % moe_swap_ab_load_k(spec.quant) == 0;
 }
 
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab) {

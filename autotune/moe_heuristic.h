@@ -45,8 +45,8 @@ constexpr int kMoeMaxSplitK = 8;
 // swap_ab = false: the shared-memory kernel's tiles only.
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab = true);
 // A swap-AB tile (GemmTile::swap_ab), and whether the layer can run one for GEMM1 / GEMM2: the fast
-// reduce mode (its sums' order differs from the shared-memory kernel's), 16-bit or weight-only
-// quantized weights, and a reduction length made of whole 16-byte chunks of weights.
+// reduce mode (its sums' order differs from the shared-memory kernel's) and a reduction length made
+// of whole 16-byte chunks of weights.
 GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k = 0);
 bool swap_ab_supported(const MoeSpec& spec, bool gemm1);
 // Every config the heuristic returns for 1 <= num_tokens <= max_tokens (for eager compiles).

@@ -158,8 +158,9 @@ FamilyInfo moe_gemm_swap_ab_family() {
     const int act = activation_code(s);
     check_gemm_role_activation(s, act);
     const int quant = parse_quant(s.get_string("quant"));
-    if (quant_is_fp8(quant))
-      throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: quant {} (w8a8) takes moe_gemm", s.get_string("quant")));
+    if (quant_is_fp8(quant) && !arch_has_fp8_mma(s.arch))
+      throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: quant {} needs e4m3 conversions (sm_89 or newer), not {}",
+                                               s.get_string("quant"), s.arch));
     if (bm % 8 != 0)
       throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: block_m = {} is not a multiple of 8", bm));
     if (wn * wk > 16) throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: {} warps exceed 16", wn * wk));

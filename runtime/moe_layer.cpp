@@ -154,8 +154,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
     if (t.swap_ab) {
       const bool gemm1 = std::string(role) == "gemm1";
       MOEJIT_REQUIRE(swap_ab_supported(spec, gemm1),
-                     "moe: tile config {} runs {} on the swap-AB kernel, which needs the fast reduce mode, weights "
-                     "that are not w8a8 and a reduction length of whole {}-weight chunks ({} here)",
+                     "moe: tile config {} runs {} on the swap-AB kernel, which needs the fast reduce mode and a "
+                     "reduction length of whole {}-weight chunks ({} here)",
                      c.describe(), gemm1 ? "GEMM1" : "GEMM2", moe_swap_ab_load_k(spec.quant),
                      gemm1 ? spec.hidden : spec.intermediate);
       MOEJIT_REQUIRE(t.block_n == 0 && t.block_k == 0 && t.warps_m == 0,

@@ -50,6 +50,22 @@ struct LaneBlock {
   unsigned zero[2];
 };
 
+// Eight e4m3 bytes (k ascending: lo then hi) -> four f16 pairs, exactly (sm_89+).
+__device__ inline uint4 e4m3x8_to_f16(unsigned lo, unsigned hi) {
+  uint4 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n.reg .b16 a, b, c, d;\nmov.b32 {a, b}, %4;\nmov.b32 {c, d}, %5;\n"
+      "cvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n"
+      "cvt.rn.f16x2.e4m3x2 %2, c;\ncvt.rn.f16x2.e4m3x2 %3, d;\n}\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "r"(lo), "r"(hi));
+#else
+  r = make_uint4(0u, 0u, 0u, 0u);  // not instantiated below sm_89 (the family refuses)
+  (void)lo, (void)hi;
+#endif
+  return r;
+}
+
 }  // namespace swap_ab_detail
 
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int WARPS_N, int WARPS_K, int STAGES>
@@ -65,7 +81,14 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   constexpr int NF = BLOCK_M / 8;                      // n8 fragments (tokens)
   constexpr int BLOCK_N = moe_swap_ab_block_n(WARPS_N, GATED);  // the host sizes the grid with it
   constexpr int THREADS = WARPS_N * WARPS_K * 32;
-  static_assert(!quant_is_fp8(QUANT), "w8a8 formats take moe_gemm_sm80.cuh");
+  // w8a8 e4m3: weights and the (pre-quantized) activations both become f16 in registers (exact)
+  // for an f16 mma with fp32 sums: the same products as an e4m3 mma, which sm_90 emulates anyway.
+  constexpr bool FP8 = quant_is_fp8(QUANT);
+  constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;  // 128 x 128 blocks: one per k block
+  constexpr bool SCALED_GROUPS = BITS == 4 || BLOCK_SCALED;  // scales loaded per k block
+  constexpr int EB = quant_activation_bytes(QUANT);  // bytes per activation element
+  constexpr int MMA_DTYPE = FP8 ? kDTypeF16 : DTYPE;
+  static_assert(!FP8 || KB == kQuantFp8BlockSize, "a k block is one fp8 scale block");
   static_assert(K_PER_LOAD * BITS == 128 && LOADS * K_PER_LOAD == 32, "whole 16-byte loads per lane chunk");
   static_assert(BLOCK_M % 8 == 0 && NF >= 1 && NF <= 4, "BLOCK_M is 8, 16, 24 or 32");
   static_assert(STAGES >= 1 && STAGES <= 8, "1..8 k blocks in flight");
@@ -125,6 +148,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   int k_left = args.inner - (b_first * KB + t * 32);
 
   // Pointers at block b_first; the ring reads block b_first + i * WARPS_K at compile-time offsets.
+  constexpr int kScaleBytes = QUANT == kQuantInt4Group ? 2 : BLOCK_SCALED ? 4 : 1;
   const unsigned char* w_ptr[2];
   const unsigned char* scale_ptr[2];  // 4-bit formats: this lane's scale of its row at b_first
   const unsigned char* zero_ptr[2];
@@ -137,8 +161,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
                static_cast<long long>(k_first) * BITS / 8;
     const long long si = expert * args.b_scale_expert_stride + (row >> args.b_scale_row_shift) * args.b_scale_row_stride +
                          (k_first >> args.b_scale_k_shift);
-    constexpr int SCALE_BYTES = QUANT == kQuantInt4Group ? 2 : 1;
-    scale_ptr[h] = BITS == 4 ? static_cast<const unsigned char*>(args.b_scale) + si * SCALE_BYTES : nullptr;
+    scale_ptr[h] = SCALED_GROUPS ? static_cast<const unsigned char*>(args.b_scale) + si * kScaleBytes : nullptr;
     zero_ptr[h] = args.b_zero ? args.b_zero + si : nullptr;
   }
   // Activations: this lane's 32 k of each n8 fragment's token; padding rows read the tile's first
@@ -147,7 +170,19 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
 #pragma unroll
   for (int f = 0; f < NF; ++f) {
     const int arow = s_arow[f * 8 + g] >= 0 ? s_arow[f * 8 + g] : s_arow[0];
-    a_ptr[f] = static_cast<const unsigned char*>(args.a) + arow * args.lda + static_cast<long long>(k_first) * 2;
+    a_ptr[f] = static_cast<const unsigned char*>(args.a) + arow * args.lda + static_cast<long long>(k_first) * EB;
+  }
+
+  // fp8 blocks: the A rows of this lane's accumulator columns (tokens 2t, 2t + 1 of each fragment).
+  int a_row[BLOCK_SCALED ? NF : 1][2];
+  if constexpr (BLOCK_SCALED) {
+#pragma unroll
+    for (int f = 0; f < NF; ++f)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int r = s_arow[f * 8 + 2 * t + j];
+        a_row[f][j] = r >= 0 ? r : s_arow[0];
+      }
   }
 
   // Block b_base + i * WARPS_K (i is a compile-time step when unrolled).
@@ -165,10 +200,13 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
       }
       v.scale[h] = 0u;
       v.zero[h] = 8u;
-      if constexpr (BITS == 4) {
-        if (in_block && kb < k_left) {
+      if constexpr (SCALED_GROUPS) {
+        // fp8 blocks: every lane needs its row's block scale (the mma sums all four lanes' k).
+        if (in_block && (BLOCK_SCALED || kb < k_left)) {
           if constexpr (QUANT == kQuantInt4Group)
             v.scale[h] = __ldg(reinterpret_cast<const unsigned short*>(scale_ptr[h]) + i * scale_step);
+          else if constexpr (BLOCK_SCALED)
+            v.scale[h] = __float_as_uint(__ldg(reinterpret_cast<const float*>(scale_ptr[h]) + i * scale_step));
           else
             v.scale[h] = __ldg(scale_ptr[h] + i * scale_step);
           if (zero_ptr[h]) v.zero[h] = __ldg(zero_ptr[h] + i * scale_step);
@@ -198,7 +236,9 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
     } else if constexpr (QUANT == kQuantInt4Group) {
       return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, sm80::to_float<DTYPE>(static_cast<unsigned short>(v.scale[h])),
                                               static_cast<float>(v.zero[h]));
-    } else {  // int8: group q is half q % 2 of load q / 2
+    } else if constexpr (FP8) {  // e4m3 -> f16, group q is half q % 2 of load q / 2
+      return e4m3x8_to_f16(word[2 * (q % 2)], word[2 * (q % 2) + 1]);
+    } else {  // int8: as fp8
       return dequant::dequant8<QUANT, DTYPE>(word[2 * (q % 2)], word[2 * (q % 2) + 1], 1.f, 0.f);
     }
   };
@@ -207,14 +247,31 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
     const int kb = i * WARPS_K * KB;  // relative to the turn's
     // Activations of the chunk for each token, 8 k per load (zeros past the end: 0 * a
     // non-finite weight would otherwise poison the sum).
-    uint4 x[NF][4];
+    constexpr int X_LOADS = 32 * EB / 16;
+    uint4 xr[NF][X_LOADS];
 #pragma unroll
     for (int f = 0; f < NF; ++f)
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
-        x[f][q] = kb + q * 8 < k_left
-                      ? __ldg(reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(kb) * 2) + q)
-                      : make_uint4(0u, 0u, 0u, 0u);
+      for (int l = 0; l < X_LOADS; ++l)
+        xr[f][l] = kb + l * (16 / EB) < k_left
+                       ? __ldg(reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(kb) * EB) + l)
+                       : make_uint4(0u, 0u, 0u, 0u);
+    // Eight activations (four MMA_DTYPE pairs) of group q for fragment f.
+    auto x_group = [&](int f, int q) {
+      if constexpr (FP8) {
+        const uint4 r = xr[f][q / 2];
+        return q % 2 ? e4m3x8_to_f16(r.z, r.w) : e4m3x8_to_f16(r.x, r.y);
+      } else {
+        return xr[f][q];
+      }
+    };
+    // fp8 blocks: this block's sums apart, then times the token's and the row's block scales.
+    float part[NF][4];
+#pragma unroll
+    for (int f = 0; f < NF; ++f)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[f][e] = 0.f;
+    float (&sums)[NF][4] = BLOCK_SCALED ? part : acc;
     // Scales above 2 (and NaN) make the folded MXFP4 multiply overflow: the block goes the exact way.
     bool exact_mxfp4 = false;
     if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16)
@@ -227,9 +284,21 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
       const unsigned a1[4] = {p0.z, p1.z, p0.w, p1.w};  // step 2q + 1: k 8q + 4..7
 #pragma unroll
       for (int f = 0; f < NF; ++f) {
-        sm80::mma_16816<DTYPE>(acc[f], a0, x[f][q].x, x[f][q].y);
-        sm80::mma_16816<DTYPE>(acc[f], a1, x[f][q].z, x[f][q].w);
+        const uint4 x = x_group(f, q);
+        sm80::mma_16816<MMA_DTYPE>(sums[f], a0, x.x, x.y);
+        sm80::mma_16816<MMA_DTYPE>(sums[f], a1, x.z, x.w);
       }
+    }
+    if constexpr (BLOCK_SCALED) {
+      const int block = b_base + i * WARPS_K;
+#pragma unroll
+      for (int f = 0; f < NF; ++f)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const float a_sc = __ldg(args.a_scale + a_row[f][j] * args.a_scale_ld + block);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) acc[f][2 * h + j] += part[f][2 * h + j] * (a_sc * __uint_as_float(v.scale[h]));
+        }
     }
   };
 
@@ -251,13 +320,13 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         w_ptr[h] += static_cast<long long>(turn) * ROW_BYTES;
-        if constexpr (BITS == 4) {
-          scale_ptr[h] += (QUANT == kQuantInt4Group ? 2 : 1) * STAGES * scale_step;
+        if constexpr (SCALED_GROUPS) {
+          scale_ptr[h] += kScaleBytes * STAGES * scale_step;
           if (zero_ptr[h]) zero_ptr[h] += STAGES * scale_step;
         }
       }
 #pragma unroll
-      for (int f = 0; f < NF; ++f) a_ptr[f] += static_cast<long long>(turn) * KB * 2;
+      for (int f = 0; f < NF; ++f) a_ptr[f] += static_cast<long long>(turn) * KB * EB;
       b_base += turn;
       k_left -= turn * KB;
     }
@@ -281,7 +350,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   }
 
   // Epilogue: acc[f][h * 2 + j] is row g + 8h, token f * 8 + 2t + j.
-  float row_scale[2] = {1.f, 1.f};  // int8 per-channel weight scales
+  float row_scale[2] = {1.f, 1.f};  // int8 / fp8 per-channel (or per-tensor) weight scales
   if constexpr (quant_scales_in_epilogue(QUANT)) {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
@@ -300,7 +369,9 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
       const int slot = s_slot[rl];
       if (slot < 0) continue;
       const float w = s_weight[rl];
-      float v[2] = {acc[f][j] * row_scale[0], acc[f][2 + j] * row_scale[1]};
+      // fp8 per token / per tensor: the token's activation scale.
+      const float token_scale = (quant_scales_in_epilogue(QUANT) && FP8) ? args.a_scale[s_arow[rl] * args.a_scale_ld] : 1.f;
+      float v[2] = {acc[f][j] * (row_scale[0] * token_scale), acc[f][2 + j] * (row_scale[1] * token_scale)};
       if constexpr (ROLE == kRoleGemm1) {
         unsigned short* c_row = static_cast<unsigned short*>(args.c) + (row0 + rl) * args.ldc;
         if (args.weight_on_input) v[0] *= w, v[1] *= w;

@@ -138,7 +138,7 @@ TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the lay
   CHECK(tile_config_to_json(c)["gemm1"].contains("warps_k"));
   CHECK_FALSE(tile_config_to_json(c)["gemm1"].contains("block_n"));
 
-  // What the layer refuses, before anything compiles: the deterministic mode, w8a8, tiles with
+  // What the layer refuses, before anything compiles: the deterministic mode, fp8 below sm_89, tiles with
   // block_n / block_k / warps_m set, GEMM1 split across CTAs, a reduction length of partial loads.
   auto refused = [](const MoeSpec& spec, const MoeTileConfig& config, const char* what) {
     CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(spec, config, "sm_90a"), doctest::Contains(what), Error);
@@ -146,7 +146,8 @@ TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the lay
   refused(det, decode, "fast reduce mode");
   MoeSpec fp8 = mx;
   fp8.quant = kQuantFp8Block;
-  refused(fp8, decode, "not w8a8");
+  CHECK_NOTHROW(moe_expert_kernel_specs(fp8, decode, "sm_90a"));
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(fp8, decode, "sm_80"), doctest::Contains("sm_89 or newer"), Error);
   MoeTileConfig odd = decode;
   odd.gemm1.block_n = 64;
   refused(mx, odd, "derives block_n");

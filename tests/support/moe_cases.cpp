@@ -237,6 +237,13 @@ std::vector<MoeSwapAbCase> moe_swap_ab_cases() {
   s = layer(kActSwigluOai, kDTypeBF16, kQuantNone, 200, 72);
   s.has_bias = true;
   specs.push_back(s);
+  // w8a8 e4m3 (f16 mma): 128 x 128 blocks with K / N tails (the up rows straddle a block edge),
+  // per channel, per tensor with static activation scales.
+  s = layer(kActSwigluOai, kDTypeF16, kQuantFp8Block, 400, 144);
+  s.has_bias = true;
+  specs.push_back(s);
+  specs.push_back(layer(kActSiluMul, kDTypeBF16, kQuantFp8Channel, 208, 80));
+  specs.push_back(layer(kActRelu2, kDTypeBF16, kQuantFp8Tensor, 208, 80));
   s = layer(kActSiluMul, kDTypeF16, kQuantNone, 232, 120);
   s.fused = false;  // raw GEMM1 rows, GEMM2 rows + the top-k sum
   specs.push_back(s);
