@@ -30,7 +30,7 @@ std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens) {
   const long long lower = std::min<long long>(std::max<long long>(16, expected / 4), kBlockMs[3]);
   const long long upper = std::max<long long>(16, 2 * expected);
   // Eight-row tiles for the swap-AB kernel while most experts get fewer rows than that.
-  if (expected <= 8 && swap_ab_supported(spec, true) && swap_ab_supported(spec, false)) out.push_back(8);
+  if (expected <= 8 && swap_ab_supported_both(spec)) out.push_back(8);
   for (int bm : kBlockMs)
     if (bm >= lower && bm <= upper) out.push_back(bm);
   return out;

@@ -64,6 +64,8 @@ bool swap_ab_supported(const MoeSpec& spec, bool gemm1) {
   return spec.reduce == ReduceMode::Fast && inner % moe_swap_ab_load_k(spec.quant) == 0;
 }
 
+bool swap_ab_supported_both(const MoeSpec& spec) { return swap_ab_supported(spec, true) && swap_ab_supported(spec, false); }
+
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab) {
   // GEMM1 with a gated activation carries gate and up accumulators: half the columns per tile.
   const bool gemm1_gated = spec.fused && activation_is_gated(spec.activation);
@@ -102,8 +104,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   }
   // Few tokens per expert and 4-bit weights: the swap-AB kernel (dequantization in registers; in
   // shared memory it bounds decode). Eight tokens per tile while most experts get fewer.
-  if (swap_ab && rows <= 16 && quant_weight_bits(spec.quant) == 4 && swap_ab_supported(spec, true) &&
-      swap_ab_supported(spec, false)) {
+  if (swap_ab && rows <= 16 && quant_weight_bits(spec.quant) == 4 && swap_ab_supported_both(spec)) {
     c.block_m = rows <= 8 ? 8 : 16;
     c.gemm1 = swap_ab_decode_tile(spec, num_tokens, c.block_m, true);
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);

@@ -49,6 +49,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
 // of whole 16-byte chunks of weights.
 GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k = 0);
 bool swap_ab_supported(const MoeSpec& spec, bool gemm1);
+bool swap_ab_supported_both(const MoeSpec& spec);  // GEMM1 and GEMM2 (block_m 8 needs both)
 // Every config the heuristic returns for 1 <= num_tokens <= max_tokens (for eager compiles).
 std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens);
 
