@@ -28,6 +28,7 @@
 #include "moe/activations.cuh"
 #include "moe/moe_dequant.cuh"
 #include "moe/moe_gemm_args.cuh"
+#include "moe/moe_tile_rows.cuh"
 
 namespace moejit {
 namespace moe_gemm_detail {
@@ -169,13 +170,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
   static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) + 16 == moe_gemm_static_smem_bytes(BLOCK_M),
                 "the host sizes shared memory with moe_gemm_static_smem_bytes");
 
-  for (int i = tid; i < BLOCK_M; i += THREADS) {
-    const int g = args.gather_index[row0 + i];
-    s_slot[i] = g;
-    s_arow[i] = g < 0 ? -1 : (ROLE == kRoleGemm1 ? g / args.top_k : row0 + i);
-    s_weight[i] = (g >= 0 && args.topk_weights != nullptr) ? args.topk_weights[g] : 0.f;
-  }
-  __syncthreads();
+  moe_tile::stage_rows<ROLE, BLOCK_M, THREADS>(args, row0, s_slot, s_arow, s_weight);
 
   const unsigned char* a_base = static_cast<const unsigned char*>(args.a);
   const unsigned char* b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride;
@@ -187,10 +182,8 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
 
   // Weight row feeding smem B row r (gate rows, then up rows), or -1 past the output columns.
   auto weight_row = [&](int r) {
-    const int half = GATED ? r / BLOCK_N : 0;        // 0 = gate, 1 = up
-    const int col = n0 + (GATED ? r % BLOCK_N : r);  // output column this smem row feeds
-    if (col >= args.n_out) return -1;
-    return !GATED ? col : (INTERLEAVED ? 2 * col + half : col + half * args.up_row_offset);
+    const int half = GATED ? r / BLOCK_N : 0;  // 0 = gate, 1 = up
+    return moe_tile::weight_row<ACT>(args, n0 + (GATED ? r % BLOCK_N : r), half);
   };
   auto b_scale_index = [&](int wrow, int k) {
     return expert * args.b_scale_expert_stride + (wrow >> args.b_scale_row_shift) * args.b_scale_row_stride +

@@ -28,6 +28,7 @@
 #include "moe/activations.cuh"
 #include "moe/moe_dequant.cuh"
 #include "moe/moe_gemm_args.cuh"
+#include "moe/moe_tile_rows.cuh"
 
 namespace moejit {
 namespace swap_ab_detail {
@@ -72,7 +73,6 @@ template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int WARPS_N, int
 __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_kernel(const MoeGemmArgs args) {
   using namespace swap_ab_detail;
   constexpr bool GATED = activation_is_gated(ACT);
-  constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
   constexpr int BITS = quant_weight_bits(QUANT);
   constexpr int KB = moe_swap_ab_block_k();             // k per block: 32 per lane
   constexpr int K_PER_LOAD = moe_swap_ab_load_k(QUANT);  // weights per 16-byte load
@@ -111,29 +111,19 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) + sizeof(s_partial) ==
                     moe_swap_ab_static_smem_bytes(BLOCK_M, WARPS_N, WARPS_K),
                 "the host checks shared memory with moe_swap_ab_static_smem_bytes");
-  for (int i = tid; i < BLOCK_M; i += THREADS) {
-    const int slot = args.gather_index[row0 + i];
-    s_slot[i] = slot;
-    s_arow[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + i);
-    s_weight[i] = (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
-  }
-  __syncthreads();
+  moe_tile::stage_rows<ROLE, BLOCK_M, THREADS>(args, row0, s_slot, s_arow, s_weight);
 
   // This lane's two weight rows (-1 past the output columns: they read row 0 and are never stored).
-  auto weight_row = [&](int col, int half) {
-    if (col >= args.n_out) return -1;
-    return !GATED ? col : (INTERLEAVED ? 2 * col + half : col + half * args.up_row_offset);
-  };
   int wrow[2], col[2];
   if constexpr (GATED) {
     col[0] = col[1] = n0 + wn * 8 + g;
-    wrow[0] = weight_row(col[0], 0);
-    wrow[1] = weight_row(col[0], 1);
+    wrow[0] = moe_tile::weight_row<ACT>(args, col[0], 0);
+    wrow[1] = moe_tile::weight_row<ACT>(args, col[0], 1);
   } else {
     col[0] = n0 + wn * 16 + g;
     col[1] = col[0] + 8;
-    wrow[0] = weight_row(col[0], 0);
-    wrow[1] = weight_row(col[1], 0);
+    wrow[0] = moe_tile::weight_row<ACT>(args, col[0], 0);
+    wrow[1] = moe_tile::weight_row<ACT>(args, col[1], 0);
   }
 
   // k blocks of this CTA (its split) and of this warp: b = b_begin + wk, + WARPS_K, ...; lane t

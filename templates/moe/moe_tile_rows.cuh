@@ -1,0 +1,36 @@
+// What both moe_gemm kernels (moe_gemm_sm80.cuh, moe_gemm_swap_ab.cuh) read about a row tile of the
+// routing tile map: its routed slots, the A row of each, the router weights; and which weight row
+// feeds an output column (gate / up halves of gated activations).
+#pragma once
+
+#include "moe/activation_kinds.cuh"
+#include "moe/moe_gemm_args.cuh"
+
+namespace moejit {
+namespace moe_tile {
+
+// Stages the BLOCK_M rows of the tile starting at padded row row0: slot (token * top_k + slot, -1 =
+// padding), the A row to read (GEMM1: the token's X row; GEMM2: the padded row; -1 = padding) and
+// the router weight. Ends with a barrier.
+template <int ROLE, int BLOCK_M, int THREADS>
+__device__ inline void stage_rows(const MoeGemmArgs& args, int row0, int* s_slot, int* s_arow, float* s_weight) {
+  for (int i = threadIdx.x; i < BLOCK_M; i += THREADS) {
+    const int slot = args.gather_index[row0 + i];
+    s_slot[i] = slot;
+    s_arow[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + i);
+    s_weight[i] = (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
+  }
+  __syncthreads();
+}
+
+// The weight row feeding output column `col` (half 0 = gate / the only one, 1 = up), or -1 past
+// the output columns. swigluoai interleaves gate and up rows; the others stack them.
+template <int ACT>
+__device__ inline int weight_row(const MoeGemmArgs& args, int col, int half) {
+  if (col >= args.n_out) return -1;
+  if constexpr (!activation_is_gated(ACT)) return col;
+  return activation_is_interleaved(ACT) ? 2 * col + half : col + half * args.up_row_offset;
+}
+
+}  // namespace moe_tile
+}  // namespace moejit
