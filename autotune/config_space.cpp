@@ -36,7 +36,7 @@ std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens) {
   return out;
 }
 
-MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m) {
+MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, const std::string& arch) {
   if (block_m < 16) {  // the swap-AB kernel's alone
     MoeTileConfig c;
     c.block_m = block_m;
@@ -47,7 +47,7 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m) {
   // shared-memory kernel's tiles: swap-AB ones are candidates of their own).
   const int rows = block_m == 16 ? 1 : block_m == 32 ? 32 : block_m == 64 ? 64 : 1024;
   const long long m = std::max<long long>(1, static_cast<long long>(rows) * spec.local_experts() / spec.top_k);
-  MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)), false);
+  MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)), false, arch);
   c.block_m = block_m;
   return c;
 }
@@ -55,7 +55,7 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m) {
 bool config_fits(const MoeSpec& spec, const MoeTileConfig& config, const DeviceLimits& limits, std::string* why) {
   try {
     for (const auto& s : moe_expert_kernel_specs(spec, config, limits.arch))
-      if (s.family == "moe_gemm" &&
+      if ((s.family == "moe_gemm" || s.family == "moe_gemm_wgmma") &&
           s.get_int("smem_bytes") + moe_gemm_static_smem_bytes(config.block_m) > limits.max_shared_optin) {
         if (why) *why = "shared memory over the device limit";
         return false;
@@ -69,7 +69,7 @@ bool config_fits(const MoeSpec& spec, const MoeTileConfig& config, const DeviceL
 
 std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gemm1, const DeviceLimits& limits) {
   const int width = gemm1 ? (spec.fused ? spec.intermediate : spec.w1_rows()) : spec.hidden;
-  const MoeTileConfig base = heuristic_config_for_block_m(spec, block_m);
+  const MoeTileConfig base = heuristic_config_for_block_m(spec, block_m, limits.arch);
   std::vector<GemmTile> out = {gemm1 ? base.gemm1 : base.gemm2};
   auto add_if_fits = [&](const GemmTile& t) {
     if (std::find(out.begin(), out.end(), t) != out.end()) return;
@@ -81,6 +81,13 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
   if (block_m <= 32 && swap_ab_supported(spec, gemm1))
     for (const auto& [wn, wk, stages] : {std::tuple{4, 1, 2}, {4, 2, 2}, {4, 4, 2}, {2, 8, 2}, {8, 1, 2}, {4, 1, 4}})
       add_if_fits(swap_ab_tile(wn, wk, stages));
+  // wgmma (sm_90a prefill): weight rows per tile (G * block_n) of 128, 192 or 256, ring depths.
+  if (block_m >= 64 && wgmma_supported(spec, limits.arch)) {
+    const bool gated = gemm1 && spec.fused && activation_is_gated(spec.activation);
+    for (int rows : {256, 128, 192})
+      for (int stages : {4, 3, 5, 6})
+        if (rows / (gated ? 2 : 1) <= std::max<long long>(64, next_pow2(width))) add_if_fits(wgmma_tile(rows / (gated ? 2 : 1), stages));
+  }
   if (block_m < 16) return out;  // the shared-memory kernel's tiles have 16 rows at least
   // k step in elements: a 128-byte smem row, or a 64-byte one (fp8: one byte per element).
   // 4-bit weights: 256 or 128 k per step read as many bytes per weight row as 64 16-bit ones.

@@ -25,7 +25,7 @@ std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens);
 std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gemm1, const DeviceLimits& limits);
 
 // The heuristic's tiles for a given block_m (the tuner's starting point for that block_m).
-MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m);
+MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, const std::string& arch = "");
 
 // True when the config passes the kernel's rules and the device limits.
 bool config_fits(const MoeSpec& spec, const MoeTileConfig& config, const DeviceLimits& limits, std::string* why = nullptr);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "jit/moe_names.h"
 #include "templates/moe/moe_gemm_args.cuh"
 
 namespace moejit {
@@ -43,6 +44,7 @@ std::string MoeTileConfig::describe() const {
   auto tile = [](const GemmTile& t) {
     const std::string split = t.split_k ? fmt::format(" k/{}", t.split_k) : std::string();
     if (t.swap_ab) return fmt::format("swapab w{}x{} s{}{}", t.warps_n, t.warps_k, t.stages, split);
+    if (t.wgmma) return fmt::format("wgmma bn{} s{}{}", t.block_n, t.stages, split);
     return fmt::format("bn{} bk{} w{}x{} s{}{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages, split);
   };
   return fmt::format("bm{} gemm1[{}] gemm2[{}]", block_m, tile(gemm1), tile(gemm2));
@@ -66,7 +68,21 @@ bool swap_ab_supported(const MoeSpec& spec, bool gemm1) {
 
 bool swap_ab_supported_both(const MoeSpec& spec) { return swap_ab_supported(spec, true) && swap_ab_supported(spec, false); }
 
-MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab) {
+GemmTile wgmma_tile(int block_n, int stages, int split_k) {
+  GemmTile t;
+  t.wgmma = true;
+  t.block_n = block_n;
+  t.block_k = t.warps_m = t.warps_n = 0;
+  t.stages = stages;
+  t.split_k = split_k;
+  return t;
+}
+
+bool wgmma_supported(const MoeSpec& spec, const std::string& arch) {
+  return arch_has_wgmma(arch) && spec.quant == kQuantNone && spec.reduce == ReduceMode::Fast;
+}
+
+MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab, const std::string& arch) {
   // GEMM1 with a gated activation carries gate and up accumulators: half the columns per tile.
   const bool gemm1_gated = spec.fused && activation_is_gated(spec.activation);
   const int wide = 128, gemm1_n = gemm1_gated ? 64 : wide;
@@ -110,6 +126,12 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);
     return c;
   }
+  // Prefill on sm_90a: warpgroup MMA, 256 weight rows per tile (gate + up of 128 columns when gated).
+  if (c.block_m >= 64 && wgmma_supported(spec, arch)) {
+    c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4);
+    c.gemm2 = wgmma_tile(256, 4);
+    return c;
+  }
   // Narrower tiles where the accumulators would not fit the registers (gated fp8_block).
   for (GemmTile* t : {&c.gemm1, &c.gemm2}) {
     const bool gated = t == &c.gemm1 && gemm1_gated;
@@ -121,14 +143,14 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   return c;
 }
 
-std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens) {
+std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens, const std::string& arch) {
   // The first token count of every bucket, plus both ends.
   std::vector<long long> counts = {1, std::max(max_tokens, 1)};
   for (int bound : kBucketRows) counts.push_back(static_cast<long long>(bound) * spec.local_experts() / spec.top_k + 1);
   std::vector<MoeTileConfig> out;
   for (long long m : counts) {
     if (m < 1 || m > std::max(max_tokens, 1)) continue;
-    const MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(m));
+    const MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(m), true, arch);
     if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
   }
   return out;

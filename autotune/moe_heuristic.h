@@ -23,6 +23,9 @@ struct GemmTile {
   // those and warps_m are 0 in its tiles.
   bool swap_ab = false;
   int warps_k = 0;
+  // wgmma: the sm_90a prefill kernel (moe_gemm_wgmma); it takes block_n and stages and derives
+  // block_k (64) and its warps (one warpgroup per 64 rows): block_k, warps_m and warps_n are 0.
+  bool wgmma = false;
   bool operator==(const GemmTile&) const = default;
 };
 
@@ -43,14 +46,22 @@ constexpr int kMoeMaxSplitK = 8;
 // Picks by rows per local expert (num_tokens * top_k / local experts): small tiles that keep every
 // SM streaming weights for decode, 128-row tiles for prefill.
 // swap_ab = false: the shared-memory kernel's tiles only.
-MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab = true);
+// arch: the device's; on sm_90a the wgmma kernel takes the tiles of 64 rows and more where the
+// layer can run it (wgmma_supported). Empty: the portable kernels only.
+MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab = true,
+                                    const std::string& arch = "");
 // A swap-AB tile (GemmTile::swap_ab), and whether the layer can run one for GEMM1 / GEMM2: the fast
 // reduce mode (its sums' order differs from the shared-memory kernel's) and a reduction length made
 // of whole 16-byte chunks of weights.
 GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k = 0);
 bool swap_ab_supported(const MoeSpec& spec, bool gemm1);
 bool swap_ab_supported_both(const MoeSpec& spec);  // GEMM1 and GEMM2 (block_m 8 needs both)
+// A wgmma tile (GemmTile::wgmma), and whether the layer can run one on arch: sm_90a, 16-bit
+// weights, the fast reduce mode (its fp32 sums within a k tile run in another order than the
+// shared-memory kernel's, so a row's result would depend on which kernel the batch size picked).
+GemmTile wgmma_tile(int block_n, int stages, int split_k = 0);
+bool wgmma_supported(const MoeSpec& spec, const std::string& arch);
 // Every config the heuristic returns for 1 <= num_tokens <= max_tokens (for eager compiles).
-std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens);
+std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens, const std::string& arch = "");
 
 }  // namespace moejit

@@ -200,7 +200,7 @@ std::vector<TuneResult> MoeTuner::run() {
   // A rough count of the candidates for the progress estimate.
   int total = 0;
   for (int m : options_.batches) {
-    const int bm = heuristic_tile_config(spec_, m).block_m;
+    const int bm = heuristic_tile_config(spec_, m, true, arch).block_m;
     total += static_cast<int>(candidate_block_ms(spec_, m).size() + candidate_tiles(spec_, bm, true, limits).size() +
                               candidate_tiles(spec_, bm, false, limits).size());
   }
@@ -209,7 +209,7 @@ std::vector<TuneResult> MoeTuner::run() {
   for (int m : options_.batches) {
     TuneResult r;
     r.m = m;
-    r.heuristic = heuristic_tile_config(spec_, m);
+    r.heuristic = heuristic_tile_config(spec_, m, true, arch);
     r.floor_us = floor_us(m);
     MoeTileConfig best = r.heuristic;
     double best_us = -1;
@@ -248,7 +248,7 @@ std::vector<TuneResult> MoeTuner::run() {
     };
     std::vector<MoeTileConfig> by_block_m = {r.heuristic};
     for (int bm : candidate_block_ms(spec_, m)) {
-      const MoeTileConfig c = heuristic_config_for_block_m(spec_, bm);
+      const MoeTileConfig c = heuristic_config_for_block_m(spec_, bm, arch);
       if (std::find(by_block_m.begin(), by_block_m.end(), c) == by_block_m.end() && config_fits(spec_, c, limits))
         by_block_m.push_back(c);
     }

@@ -202,7 +202,7 @@ void check_value(const FamilyInfo& f, const ParamDesc& p, const ParamValue& v) {
 
 const std::vector<FamilyInfo>& families() {
   static const std::vector<FamilyInfo> kFamilies = {routing_topk_family(), routing_fused_family(), routing_sort_family(),
-                                                     moe_gemm_family(), moe_gemm_swap_ab_family(),
+                                                     moe_gemm_family(), moe_gemm_swap_ab_family(), moe_gemm_wgmma_family(),
                                                      moe_activation_family(), moe_reduce_family(), moe_act_quant_family(),
                                                      fill_random_family()};
   return kFamilies;

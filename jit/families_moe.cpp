@@ -187,6 +187,53 @@ FamilyInfo moe_gemm_swap_ab_family() {
   return f;
 }
 
+FamilyInfo moe_gemm_wgmma_family() {
+  FamilyInfo f;
+  f.name = "moe_gemm_wgmma";
+  f.header = "moe/moe_gemm_wgmma.cuh";
+  f.doc = "prefill grouped expert GEMM on sm_90a warpgroup MMA (wgmma from a swizzled cp.async ring)";
+  f.params = {
+      gemm_role_param(),
+      dtype_param(),
+      activation_param("silu_mul"),
+      quant_param(),
+      int_param("block_m", "BLOCK_M", "tile rows (= routing block_m): 64 or 128, one warpgroup per 64", 128, 64, 128),
+      int_param("block_n", "BLOCK_N", "tile output columns (gated: x2 weight rows; wgmma N = 64..256)", 128, 32, 256),
+      int_param("stages", "STAGES", "cp.async ring depth (one slot in the wgmma, one landing, the rest loading)", 4, 3, 8),
+      derived_int("block_k", "", "k per tile: 64 16-bit elements (one 128-byte swizzled row)"),
+      derived_int("threads", "", "threads per CTA = 128 per 64 rows"),
+      derived_int("smem_bytes", "", "dynamic shared memory per CTA"),
+  };
+  f.entries = {{"gemm", "moejit::moe_gemm_wgmma_kernel", "moejit::MoeGemmArgs"}};
+  f.derive = [](KernelSpec& s) {
+    const std::int64_t bm = s.get_int("block_m"), bn = s.get_int("block_n"), stages = s.get_int("stages");
+    const int act = activation_code(s);
+    check_gemm_role_activation(s, act);
+    if (!arch_has_wgmma(s.arch))
+      throw Error(Phase::Validate, fmt::format("moe_gemm_wgmma: wgmma needs sm_90a, not {}", s.arch));
+    if (parse_quant(s.get_string("quant")) != kQuantNone)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: quant {} is not on the wgmma path (16-bit weights only)", s.get_string("quant")));
+    if (bm != 64 && bm != 128)
+      throw Error(Phase::Validate, fmt::format("moe_gemm_wgmma: block_m = {} must be 64 or 128", bm));
+    const bool gated = activation_is_gated(act);
+    const std::int64_t b_rows = (gated ? 2 : 1) * bn;
+    if (b_rows % 64 != 0 || b_rows > 256)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: {} weight rows per tile (block_n {}{}) must be 64, 128, 192 or 256", b_rows,
+                              bn, gated ? ", gated" : ""));
+    const std::int64_t smem = moe_wgmma_smem_bytes(int(bm), int(bn), int(stages), gated);
+    if (smem + moe_gemm_static_smem_bytes(int(bm)) > kMaxSharedBytes)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)",
+                              smem + moe_gemm_static_smem_bytes(int(bm)), kMaxSharedBytes));
+    s.params["block_k"] = std::int64_t(moe_wgmma_block_k());
+    s.params["threads"] = bm / 64 * 128;
+    s.params["smem_bytes"] = smem;
+  };
+  return f;
+}
+
 FamilyInfo moe_activation_family() {
   FamilyInfo f;
   f.name = "moe_activation";

@@ -20,6 +20,7 @@ ParamDesc bool_param(std::string name, std::string tname, std::string doc, bool 
 
 FamilyInfo moe_gemm_family();        // families_moe.cpp
 FamilyInfo moe_gemm_swap_ab_family();
+FamilyInfo moe_gemm_wgmma_family();
 FamilyInfo moe_activation_family();
 FamilyInfo moe_reduce_family();
 FamilyInfo moe_act_quant_family();

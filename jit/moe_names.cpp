@@ -55,6 +55,8 @@ bool arch_has_fp8_mma(const std::string& arch) { return arch_number(arch) >= 89;
 
 bool arch_has_dependent_launch(const std::string& arch) { return arch_number(arch) >= 90; }
 
+bool arch_has_wgmma(const std::string& arch) { return arch == "sm_90a"; }
+
 const char* activation_name(int code) {
   for (const auto& [c, name] : kActivations)
     if (c == code) return name;

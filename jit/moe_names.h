@@ -21,5 +21,6 @@ std::vector<std::string> quant_names();
 int arch_number(const std::string& arch);  // sm_90a -> 90
 bool arch_has_fp8_mma(const std::string& arch);
 bool arch_has_dependent_launch(const std::string& arch);  // programmatic dependent launch: sm_90+
+bool arch_has_wgmma(const std::string& arch);  // warpgroup MMA: sm_90a only (not sm_90, not sm_100a)
 
 }  // namespace moejit

@@ -107,7 +107,7 @@ struct MoeLayer::Workspace {
 MoeLayer::MoeLayer(Runtime& runtime, MoeSpec spec)
     : runtime_(runtime), spec_(spec), router_(runtime, layer_router_config(spec)) {
   // Completes (validates) one config's specs now, for the oldest arch the layer can run on.
-  moe_expert_kernel_specs(spec_, tile_config(1), quant_is_fp8(spec_.quant) ? "sm_89" : "sm_80");
+  moe_expert_kernel_specs(spec_, heuristic_tile_config(spec_, 1), quant_is_fp8(spec_.quant) ? "sm_89" : "sm_80");
 }
 
 MoeLayer::~MoeLayer() = default;
@@ -115,7 +115,7 @@ MoeLayer::~MoeLayer() = default;
 MoeTileConfig MoeLayer::tile_config(int num_tokens) const {
   std::lock_guard<std::mutex> lock(tuned_mutex_);
   const TunedEntry* nearest = nearest_bucket(tuned_, num_tokens);
-  return nearest ? nearest->config : heuristic_tile_config(spec_, num_tokens);
+  return nearest ? nearest->config : heuristic_tile_config(spec_, num_tokens, true, runtime_.device_arch());
 }
 
 bool MoeLayer::tuned() const {
@@ -135,7 +135,8 @@ void MoeLayer::load_tuned() {
     try {
       for (const auto& s : moe_expert_kernel_specs(spec_, e.config, arch))
         MOEJIT_REQUIRE(
-            s.family != "moe_gemm" || s.get_int("smem_bytes") + moe_gemm_static_smem_bytes(e.config.block_m) <= smem_limit,
+            s.family == "moe_gemm_swap_ab" || s.family.rfind("moe_gemm", 0) != 0 ||
+                s.get_int("smem_bytes") + moe_gemm_static_smem_bytes(e.config.block_m) <= smem_limit,
             "needs {} bytes of shared memory, the device allows {}", s.get_int("smem_bytes"), smem_limit);
       usable.push_back(e);
     } catch (const Error& err) {
@@ -151,6 +152,25 @@ void MoeLayer::load_tuned() {
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch) {
   const std::string dtype = dtype_name(spec.dtype);
   auto gemm = [&](const char* role, int act, const GemmTile& t) {
+    if (t.wgmma) {
+      const bool gemm1 = std::string(role) == "gemm1";
+      MOEJIT_REQUIRE(wgmma_supported(spec, arch),
+                     "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit weights "
+                     "and the fast reduce mode",
+                     c.describe(), gemm1 ? "GEMM1" : "GEMM2", arch);
+      MOEJIT_REQUIRE(t.block_k == 0 && t.warps_m == 0 && t.warps_n == 0,
+                     "moe: tile config {}: a wgmma tile derives block_k and its warps (0 each)", c.describe());
+      MOEJIT_REQUIRE(!gemm1 || t.split_k <= 1, "moe: tile config {}: the wgmma GEMM1 does not split k",
+                     c.describe());
+      return complete_spec({"moe_gemm_wgmma", arch,
+                            {{"role", std::string(role)},
+                             {"dtype", dtype},
+                             {"activation", std::string(activation_name(act))},
+                             {"quant", std::string(quant_name(spec.quant))},
+                             {"block_m", std::int64_t(c.block_m)},
+                             {"block_n", std::int64_t(t.block_n)},
+                             {"stages", std::int64_t(t.stages)}}});
+    }
     if (t.swap_ab) {
       const bool gemm1 = std::string(role) == "gemm1";
       MOEJIT_REQUIRE(swap_ab_supported(spec, gemm1),
@@ -206,7 +226,7 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
   std::vector<KernelSpec> out = {
       routing_fused_spec(router, arch),
       RoutingSorter::spec_for({.num_experts = router.num_experts, .top_k = router.top_k}, arch)};
-  for (const auto& config : heuristic_tile_configs(spec, max_tokens))
+  for (const auto& config : heuristic_tile_configs(spec, max_tokens, arch))
     for (auto& s : moe_expert_kernel_specs(spec, config, arch))
       if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
   return out;
@@ -240,7 +260,7 @@ void MoeLayer::prepare(int max_tokens) {
   std::vector<MoeTileConfig> configs;
   {
     std::lock_guard<std::mutex> lock(tuned_mutex_);
-    if (tuned_.empty()) configs = heuristic_tile_configs(spec_, max_tokens);
+    if (tuned_.empty()) configs = heuristic_tile_configs(spec_, max_tokens, arch);
     for (const auto& e : tuned_)  // every bucket up to max_tokens, and the one nearest above it
       if (e.m <= max_tokens || configs.empty() || e.m == tuned_.back().m) configs.push_back(e.config);
   }
@@ -390,7 +410,8 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   const unsigned gx1 = grid_x(spec_.fused ? spec_.intermediate : spec_.w1_rows(), k.gemm1_block_n);
   const unsigned gx2 = grid_x(spec_.hidden, k.gemm2_block_n);
   // GEMM1 splits park partial sums (the shared-memory kernel only); GEMM2's add atomically.
-  const int splits1 = split(config.gemm1, gx1, k_tiles1, wave1, w.gemm1_split && !config.gemm1.swap_ab);
+  const int splits1 =
+      split(config.gemm1, gx1, k_tiles1, wave1, w.gemm1_split && !config.gemm1.swap_ab && !config.gemm1.wgmma);
   const int splits2 = split(config.gemm2, gx2, k_tiles2, wave2, atomic);
   // The fused layer's kernels after the routing start under the previous kernel's tail on sm_90+
   // (programmatic dependent launch; each waits on the device before touching its inputs) when both

@@ -105,6 +105,14 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int 
   return 12 * block_m + (warps_k > 1 ? warps_k - 1 : 1) * warps_n * (block_m / 8) * 4 * 32 * 4;
 }
 
+// The sm_90a wgmma path (moe_gemm_wgmma.cuh): k tiles of 64 16-bit elements (128-byte rows, the
+// 128-byte swizzle), and its dynamic shared memory: STAGES slots of the A tile [BLOCK_M][128 B]
+// and the B tile [G * BLOCK_N][128 B], plus 1024 bytes to align the ring to the swizzle atoms.
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_block_k() { return 64; }
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_smem_bytes(int block_m, int block_n, int stages, bool gated) {
+  return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024;
+}
+
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays
 // (s_slot, s_arow, s_weight in moe_gemm_sm80.cuh: 3 x 4 bytes per row) and split-K's flag (16).
 MOEJIT_HOST_DEVICE constexpr int moe_gemm_static_smem_bytes(int block_m) { return 12 * block_m + 16; }

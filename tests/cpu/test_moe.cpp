@@ -36,6 +36,7 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
   auto sweep = moe_tile_sweep_cases();
   for (auto& c : moe_quant_tile_sweep_cases(227 * 1024, "sm_90a")) sweep.push_back(std::move(c));
   for (const auto& c : moe_swap_ab_cases()) sweep.push_back({c.spec, c.config});
+  for (const auto& c : moe_wgmma_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : sweep)
     for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a"))
       if (seen.insert(s.to_json().dump()).second) specs.push_back(s);

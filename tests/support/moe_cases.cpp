@@ -213,7 +213,7 @@ std::vector<MoeCase> moe_split_k_cases() {
   };
 }
 
-std::vector<MoeSwapAbCase> moe_swap_ab_cases() {
+std::vector<MoeKernelCase> moe_swap_ab_cases() {
   // K and N tails against every block length (KB = 128 / 64 / 32 for 4 / 8 / 16-bit weights).
   auto layer = [](MoeActivation act, MoeDType dtype, MoeQuant quant, int hidden, int intermediate) {
     MoeSpec s = small_layer(8, 2, hidden, intermediate, act, dtype, quant);
@@ -252,7 +252,7 @@ std::vector<MoeSwapAbCase> moe_swap_ab_cases() {
   s.top_k = 1;
   specs.push_back(s);
 
-  std::vector<MoeSwapAbCase> out;
+  std::vector<MoeKernelCase> out;
   for (const MoeSpec& spec : specs)
     for (int bm : {8, 16, 32})
       for (int variant = 0; variant < 3; ++variant) {
@@ -271,12 +271,52 @@ std::vector<MoeSwapAbCase> moe_swap_ab_cases() {
   return out;
 }
 
+std::vector<MoeKernelCase> moe_wgmma_cases() {
+  std::vector<MoeSpec> specs;
+  MoeSpec s = small_layer(8, 2, 200, 72, kActSwigluOai, kDTypeBF16, kQuantNone);  // interleaved, biases
+  s.has_bias = true;
+  specs.push_back(s);
+  specs.push_back(small_layer(8, 2, 264, 160, kActSiluMul, kDTypeF16, kQuantNone));
+  specs.push_back(small_layer(8, 2, 328, 136, kActRelu2, kDTypeBF16, kQuantNone));  // one input per column
+  s = small_layer(8, 2, 192, 80, kActGeluMul, kDTypeBF16, kQuantNone);
+  s.fused = false;  // raw GEMM1 rows (act none, 160 columns), GEMM2 rows + the top-k sum
+  specs.push_back(s);
+  s = small_layer(8, 1, 128, 64, kActSiluMul, kDTypeBF16, kQuantNone);
+  s.router_weight_on_input = true;
+  specs.push_back(s);
+  s = small_layer(16, 4, 576, 384, kActSiluMul, kDTypeBF16, kQuantNone);  // 9 and 6 k tiles
+  s.has_bias = true;
+  specs.push_back(s);
+
+  std::vector<MoeKernelCase> out;
+  for (const MoeSpec& spec : specs) {
+    const int g1 = spec.fused && activation_is_gated(spec.activation) ? 2 : 1;  // weight rows per GEMM1 column
+    for (int bm : {64, 128})
+      for (int variant = 0; variant < 3; ++variant) {
+        MoeTileConfig c;
+        c.block_m = bm;
+        if (variant == 0) {
+          c.gemm1 = wgmma_tile(256 / g1, 4);
+          c.gemm2 = wgmma_tile(256, 4);
+        } else if (variant == 1) {
+          c.gemm1 = wgmma_tile(128 / g1, 3);
+          c.gemm2 = wgmma_tile(192, 5);
+        } else {
+          c.gemm1 = wgmma_tile(192 / g1, bm == 64 ? 6 : 5);  // 6 slots of 128 x 192 exceed 227 KiB
+          c.gemm2 = wgmma_tile(128, 3, spec.fused ? 3 : 1);
+        }
+        out.push_back({spec, c, {40, 300}});
+      }
+  }
+  return out;
+}
+
 namespace {
 // Every candidate of the tuner's space for each block_m (the heuristic's tiles for the other GEMM).
 void add_tile_sweep(const MoeSpec& spec, std::initializer_list<int> block_ms, const DeviceLimits& limits,
                     std::vector<MoeTileCase>& out) {
   for (int bm : block_ms) {
-    const MoeTileConfig base = heuristic_config_for_block_m(spec, bm);
+    const MoeTileConfig base = heuristic_config_for_block_m(spec, bm, limits.arch);
     for (bool gemm1 : {true, false})
       for (const auto& t : candidate_tiles(spec, bm, gemm1, limits)) {
         MoeTileConfig c = base;

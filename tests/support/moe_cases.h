@@ -34,12 +34,17 @@ std::vector<MoeCase> moe_split_k_cases();
 // The swap-AB decode kernel (fast mode) on small layers in every weight format, both dtypes, gated
 // / interleaved / single-input activations, biases, unfused, top_k 1; block_m 8, 16 and 32 with
 // several warp layouts and ring depths, GEMM2 split across CTAs. Tokens 1, 7, 40.
-struct MoeSwapAbCase {
+struct MoeKernelCase {
   MoeSpec spec;
   MoeTileConfig config;
   std::vector<int> token_counts;
 };
-std::vector<MoeSwapAbCase> moe_swap_ab_cases();
+std::vector<MoeKernelCase> moe_swap_ab_cases();
+// The sm_90a wgmma kernel (fast mode, 16-bit weights) on small layers: both dtypes, gated stacked
+// / interleaved / single-input activations, biases, unfused, router weight on input with top_k 1,
+// K / N tails; block_m 64 and 128, wgmma N 128 / 192 / 256, ring depths 3..6, GEMM2 split across
+// CTAs. Tokens 40 and 300 (several row tiles per expert).
+std::vector<MoeKernelCase> moe_wgmma_cases();
 
 // Every tile config the tuner may pick (for a device with 227 KiB of shared memory per CTA), on
 // layers with K and N tails, gated and not: each must compute the same function.

@@ -1,0 +1,45 @@
+// sm_90a warpgroup MMA (wgmma): shared-memory matrix descriptors, the fence / commit / wait
+// protocol, and the async-proxy fence that orders ordinary (cp.async) shared-memory writes before
+// the tensor cores read them. The mma wrappers themselves are generated (wgmma_sm90_ops.cuh). Only
+// for sm_90a (wgmma is not in plain sm_90 nor in sm_100): MOEJIT_HAS_WGMMA says whether this
+// compilation has it.
+#pragma once
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MOEJIT_HAS_WGMMA 1
+#else
+#define MOEJIT_HAS_WGMMA 0
+#endif
+
+namespace moejit {
+namespace sm90 {
+
+// Descriptor of a K-major tile whose rows are 128 bytes, stored with the 128-byte swizzle (16-byte
+// chunk c of row r at chunk c ^ (r % 8); 8-row atoms of 1024 bytes, 1024-byte aligned): start address
+// / 16 in bits 0-13, leading offset unused (0) for this layout, stride between 8-row groups 1024 / 16
+// in bits 32-45, swizzle mode 1 (128 B) in bits 62-63. A k step of 16 bf16 (32 bytes) inside the
+// atom adds 2 to the start address.
+__device__ inline unsigned long long sw128_desc(unsigned smem_address) {
+  return static_cast<unsigned long long>((smem_address & 0x3FFFF) >> 4) | (static_cast<unsigned long long>(1024 >> 4) << 32) |
+         (1ull << 62);
+}
+
+#if MOEJIT_HAS_WGMMA
+// Orders this warpgroup's register accesses before the wgmmas that follow.
+__device__ inline void fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ inline void commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most N committed groups of this warpgroup are still running.
+template <int N>
+__device__ inline void wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accesses of an accumulator across the async wgmma window.
+__device__ inline void fence_operand(float& r) { asm volatile("" : "+f"(r)::"memory"); }
+// Generic-proxy shared-memory writes (st.shared, cp.async) made visible to the async proxy (wgmma).
+__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+#include "common/wgmma_sm90_ops.cuh"
+#endif
+
+}  // namespace sm90
+}  // namespace moejit

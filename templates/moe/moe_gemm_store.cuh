@@ -1,0 +1,91 @@
+// Epilogue of the moe_gemm kernels straight from fp32 C fragments. mma.sync m16n8 fragments and
+// wgmma m64nN accumulators share one layout (a warp's 16 rows: lane holds rows lane/4 (+8), columns
+// 8 * ni + 2 * (lane % 4) (+1)), so the shared-memory kernel (moe_gemm_sm80.cuh) and the wgmma one
+// (moe_gemm_wgmma.cuh) store through this.
+#pragma once
+
+#include "common/mma_sm80.cuh"
+#include "moe/activations.cuh"
+#include "moe/moe_gemm_args.cuh"
+
+namespace moejit {
+namespace moe_store {
+
+// acc[G][MI][NI][4]: a warp's fragments, MI x 16 rows from tile row tile_row, NI x 8 columns from
+// tile column tile_col of each set (gate, up). GEMM1: bias, activation -> DTYPE intermediate;
+// GEMM2: bias, router weight -> fp32 rows or atomic top-k sums. s_col_scale: per-B-row weight
+// scales (epilogue-scaled formats only). Split-K GEMM2 adds every split's part: the bias comes with
+// split 0's only.
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_N, int G, int MI, int NI>
+__device__ inline void store_fragments(const MoeGemmArgs& args, const float (&acc)[G][MI][NI][4], int tile_row,
+                                       int tile_col, int lane, int n0, int row0, int expert, const int* s_slot,
+                                       const int* s_arow, const float* s_weight, const float* s_col_scale) {
+  constexpr bool GATED = activation_is_gated(ACT);
+  constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
+  constexpr bool FP8 = quant_is_fp8(QUANT);
+  constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
+  const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
+                                                                           : nullptr;
+#pragma unroll
+  for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rl = tile_row + mi * 16 + (lane >> 2) + h * 8;
+      const int g = s_slot[rl];
+      if (g < 0) continue;
+      const float w = s_weight[rl];
+      // Per-row activation scale (fp8 per token / per tensor); int8 weight-only has none.
+      const float row_scale = (EPILOGUE_SCALED && FP8) ? args.a_scale[s_arow[rl] * args.a_scale_ld] : 1.f;
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni) {
+        const int col = n0 + tile_col + ni * 8 + (lane & 3) * 2;
+        if (col >= args.n_out) continue;  // n_out is even: col + 1 is in range too
+        float col_scale[G][2];  // (gate, up) x (col, col + 1)
+#pragma unroll
+        for (int s = 0; s < G; ++s)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+            col_scale[s][j] = EPILOGUE_SCALED ? row_scale * s_col_scale[s * BLOCK_N + tile_col + ni * 8 + (lane & 3) * 2 + j]
+                                              : 1.f;
+        float v[2] = {acc[0][mi][ni][2 * h] * col_scale[0][0], acc[0][mi][ni][2 * h + 1] * col_scale[0][1]};
+        if constexpr (ROLE == kRoleGemm1) {
+          float out[2];
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            if (args.weight_on_input) v[j] *= w;
+            if constexpr (GATED) {
+              float u = acc[G - 1][mi][ni][2 * h + j] * col_scale[G - 1][j];
+              if (args.weight_on_input) u *= w;
+              if (bias) {
+                const int c = col + j;
+                v[j] += bias[INTERLEAVED ? 2 * c : c];
+                u += bias[INTERLEAVED ? 2 * c + 1 : c + args.up_row_offset];
+              }
+              out[j] = act::gated<ACT>(v[j], u, args.alpha, args.limit);
+            } else {
+              if (bias) v[j] += bias[col + j];
+              out[j] = act::single<ACT>(v[j]);
+            }
+          }
+          unsigned short* c_row = static_cast<unsigned short*>(args.c) + (row0 + rl) * args.ldc;
+          *reinterpret_cast<unsigned*>(c_row + col) = sm80::pack2<DTYPE>(out[0], out[1]);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            if (bias) v[j] += bias[col + j];
+            if (args.weight_on_output) v[j] *= w;
+          }
+          float* c = static_cast<float*>(args.c);
+          if constexpr (ROLE == kRoleGemm2Rows) {
+            *reinterpret_cast<float2*>(c + g * args.ldc + col) = make_float2(v[0], v[1]);
+          } else {
+            sm80::red_add_f32x2(c + (g / args.top_k) * args.ldc + col, v[0], v[1]);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace moe_store
+}  // namespace moejit
