@@ -99,13 +99,6 @@ __device__ inline void red_add_f32x2(float* p, float a, float b) {
 #endif
 }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// p[0..3] += a..d (16-byte aligned p), one vector reduction (sm_90+).
-__device__ inline void red_add_f32x4(float* p, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
-}
-#endif
-
 template <int DTYPE>
 __device__ inline float to_float(unsigned short bits) {
   if constexpr (DTYPE == kDTypeBF16) {

@@ -26,52 +26,6 @@ __device__ inline void store_fragments(const MoeGemmArgs& args, const float (&ac
   constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
   const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
                                                                            : nullptr;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (ROLE == kRoleGemm2Atomic) {
-    // Lane pairs trade halves so that each adds 4 consecutive columns of one row: the even lane
-    // of a pair takes row lane/4, the odd one row lane/4 + 8, and one 16-byte red.v4 each issues
-    // half the reductions of a red.v2 per row (the top-k sum's atomics bound GEMM2 of narrow
-    // layers). n_out is a multiple of 8: a pair's 4 columns are all in range or all out.
-    const bool even = (lane & 1) == 0;
-    float* c = static_cast<float*>(args.c);
-#pragma unroll
-    for (int mi = 0; mi < MI; ++mi) {
-      int g[2];
-      float w[2], row_scale[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int rl = tile_row + mi * 16 + (lane >> 2) + h * 8;
-        g[h] = s_slot[rl];
-        w[h] = s_weight[rl];
-        row_scale[h] = (EPILOGUE_SCALED && FP8 && g[h] >= 0) ? args.a_scale[s_arow[rl] * args.a_scale_ld] : 1.f;
-      }
-#pragma unroll
-      for (int ni = 0; ni < NI; ++ni) {
-        const int col = n0 + tile_col + ni * 8 + (lane & 3) * 2;
-        const bool in_range = col < args.n_out;
-        float v[2][2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            float x = acc[0][mi][ni][2 * h + j];
-            if (EPILOGUE_SCALED) x *= row_scale[h] * s_col_scale[tile_col + ni * 8 + (lane & 3) * 2 + j];
-            if (bias && in_range) x += bias[col + j];
-            if (args.weight_on_output) x *= w[h];
-            v[h][j] = x;
-          }
-        const float got0 = __shfl_xor_sync(0xffffffffu, even ? v[1][0] : v[0][0], 1);
-        const float got1 = __shfl_xor_sync(0xffffffffu, even ? v[1][1] : v[0][1], 1);
-        const int slot = even ? g[0] : g[1];
-        if (slot < 0 || !in_range) continue;
-        float* p = c + (slot / args.top_k) * args.ldc + (even ? col : col - 2);
-        if (even) sm80::red_add_f32x4(p, v[0][0], v[0][1], got0, got1);
-        else sm80::red_add_f32x4(p, got0, got1, v[1][0], v[1][1]);
-      }
-    }
-    return;
-  }
-#endif
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll

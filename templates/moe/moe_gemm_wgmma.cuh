@@ -24,11 +24,8 @@
 
 namespace moejit {
 
-// Tiles of 128 weight rows and fewer (64 accumulators per thread) keep registers for two CTAs per
-// SM, whose barriers and epilogues then overlap each other's main loops.
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES>
-__global__ void __launch_bounds__(BLOCK_M / 64 * 128, (activation_is_gated(ACT) ? 2 : 1) * BLOCK_N <= 128 ? 2 : 1)
-    moe_gemm_wgmma_kernel(const MoeGemmArgs args) {
+__global__ void __launch_bounds__(BLOCK_M / 64 * 128, 1) moe_gemm_wgmma_kernel(const MoeGemmArgs args) {
   constexpr bool GATED = activation_is_gated(ACT);
   constexpr int G = GATED ? 2 : 1;                // accumulator sets: gate (+ up)
   constexpr int THREADS = BLOCK_M / 64 * 128;
