@@ -38,6 +38,20 @@ __device__ inline void fence_operand(float& r) { asm volatile("" : "+f"(r)::"mem
 // Generic-proxy shared-memory writes (st.shared, cp.async) made visible to the async proxy (wgmma).
 __device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
+// Bulk copies shared -> global (the copy engine; 16-byte aligned ends, a multiple of 16 bytes),
+// tracked per thread by bulk groups: plain, or added element-wise into fp32 global memory.
+__device__ inline void bulk_store(void* dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ inline void bulk_add_f32(float* dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src),
+               "r"(bytes)
+               : "memory");
+}
+__device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until this thread's bulk copies have read their shared-memory sources.
+__device__ inline void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+
 #include "common/wgmma_sm90_ops.cuh"
 #endif
 

@@ -16,10 +16,15 @@ namespace moe_store {
 // GEMM2: bias, router weight -> fp32 rows or atomic top-k sums. s_col_scale: per-B-row weight
 // scales (epilogue-scaled formats only). Split-K GEMM2 adds every split's part: the bias comes with
 // split 0's only.
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_N, int G, int MI, int NI>
+//
+// Each finished pair of outputs (columns col, col + 1 of tile row rl, routed slot `slot`) goes to
+// sink(rl, col, slot, a, b): GEMM1 values are activated, GEMM2 ones carry bias and router weight.
+// direct_sink below stores them to global memory; the wgmma kernel stages them in shared memory.
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_N, int G, int MI, int NI, class Sink>
 __device__ inline void store_fragments(const MoeGemmArgs& args, const float (&acc)[G][MI][NI][4], int tile_row,
-                                       int tile_col, int lane, int n0, int row0, int expert, const int* s_slot,
-                                       const int* s_arow, const float* s_weight, const float* s_col_scale) {
+                                       int tile_col, int lane, int n0, int expert, const int* s_slot,
+                                       const int* s_arow, const float* s_weight, const float* s_col_scale,
+                                       const Sink& sink) {
   constexpr bool GATED = activation_is_gated(ACT);
   constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
   constexpr bool FP8 = quant_is_fp8(QUANT);
@@ -67,25 +72,37 @@ __device__ inline void store_fragments(const MoeGemmArgs& args, const float (&ac
               out[j] = act::single<ACT>(v[j]);
             }
           }
-          unsigned short* c_row = static_cast<unsigned short*>(args.c) + (row0 + rl) * args.ldc;
-          *reinterpret_cast<unsigned*>(c_row + col) = sm80::pack2<DTYPE>(out[0], out[1]);
+          sink(rl, col, g, out[0], out[1]);
         } else {
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             if (bias) v[j] += bias[col + j];
             if (args.weight_on_output) v[j] *= w;
           }
-          float* c = static_cast<float*>(args.c);
-          if constexpr (ROLE == kRoleGemm2Rows) {
-            *reinterpret_cast<float2*>(c + g * args.ldc + col) = make_float2(v[0], v[1]);
-          } else {
-            sm80::red_add_f32x2(c + (g / args.top_k) * args.ldc + col, v[0], v[1]);
-          }
+          sink(rl, col, g, v[0], v[1]);
         }
       }
     }
   }
 }
+
+// Stores a pair straight to global memory: GEMM1 -> DTYPE intermediate row row0 + rl; GEMM2 ->
+// fp32 row of the routed slot, or atomically added into the token's row.
+template <int ROLE, int DTYPE>
+struct DirectSink {
+  const MoeGemmArgs& args;
+  int row0;
+  __device__ void operator()(int rl, int col, int slot, float a, float b) const {
+    if constexpr (ROLE == kRoleGemm1) {
+      unsigned short* c_row = static_cast<unsigned short*>(args.c) + (row0 + rl) * args.ldc;
+      *reinterpret_cast<unsigned*>(c_row + col) = sm80::pack2<DTYPE>(a, b);
+    } else if constexpr (ROLE == kRoleGemm2Rows) {
+      *reinterpret_cast<float2*>(static_cast<float*>(args.c) + slot * args.ldc + col) = make_float2(a, b);
+    } else {
+      sm80::red_add_f32x2(static_cast<float*>(args.c) + (slot / args.top_k) * args.ldc + col, a, b);
+    }
+  }
+};
 
 }  // namespace moe_store
 }  // namespace moejit

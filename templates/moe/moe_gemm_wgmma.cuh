@@ -24,8 +24,11 @@
 
 namespace moejit {
 
+// Tiles of 128 weight rows and fewer (64 accumulators per thread) keep registers for two CTAs per
+// SM, whose barriers and epilogues then overlap each other's main loops.
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES>
-__global__ void __launch_bounds__(BLOCK_M / 64 * 128, 1) moe_gemm_wgmma_kernel(const MoeGemmArgs args) {
+__global__ void __launch_bounds__(BLOCK_M / 64 * 128, (activation_is_gated(ACT) ? 2 : 1) * BLOCK_N <= 128 ? 2 : 1)
+    moe_gemm_wgmma_kernel(const MoeGemmArgs args) {
   constexpr bool GATED = activation_is_gated(ACT);
   constexpr int G = GATED ? 2 : 1;                // accumulator sets: gate (+ up)
   constexpr int THREADS = BLOCK_M / 64 * 128;
@@ -158,9 +161,41 @@ __global__ void __launch_bounds__(BLOCK_M / 64 * 128, 1) moe_gemm_wgmma_kernel(c
   for (int e = 0; e < G * NI * 4; ++e) sm90::fence_operand(d[e]);
   sm80::cp_async_wait<0>();
 
+  // Epilogue through shared memory: the finished tile is staged in the (now idle) ring, rows padded
+  // so that the fragment writes are conflict-free, then each row leaves in one bulk copy (GEMM1:
+  // DTYPE intermediate; GEMM2 rows: fp32 per slot) or one bulk fp32 add into its token's row (the
+  // top-k sum). Fragment-order global stores and atomics cost more than the main loop of narrow
+  // layers: each warp instruction touched 8 rows.
+  constexpr int OUT_BYTES = ROLE == kRoleGemm1 ? 2 : 4;
+  constexpr int PITCH = BLOCK_N + 8;  // elements per staged row: 16-byte aligned, fragment writes spread over the banks
+  static_assert(BLOCK_M * PITCH * OUT_BYTES <= STAGES * (A_STAGE + B_STAGE), "the ring holds the output tile");
+  __syncthreads();  // every warpgroup is done with the ring
+  unsigned char* s_out = s_a;
+  auto stage = [&](int rl, int col, int, float a, float b) {
+    const int at = rl * PITCH + col - n0;
+    if constexpr (ROLE == kRoleGemm1) *reinterpret_cast<unsigned*>(s_out + at * 2) = sm80::pack2<DTYPE>(a, b);
+    else *reinterpret_cast<float2*>(s_out + at * 4) = make_float2(a, b);
+  };
   // Warp w of warpgroup wg holds rows 64 wg + 16 (w % 4) .. +16 of the tile, every column.
-  moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (warp % 4) * 16, 0, lane, n0, row0,
-                                                                expert, s_slot, s_arow, s_weight, nullptr);
+  moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (warp % 4) * 16, 0, lane, n0, expert,
+                                                                s_slot, s_arow, s_weight, nullptr, stage);
+  sm90::fence_proxy_async();  // the staged tile -> the copy engine
+  __syncthreads();
+  static_assert(THREADS >= BLOCK_M, "a thread per tile row");
+  if (tid < BLOCK_M && s_slot[tid] >= 0) {
+    const int slot = s_slot[tid];
+    const unsigned src = smem_a + tid * PITCH * OUT_BYTES;
+    const unsigned bytes = min(BLOCK_N, args.n_out - n0) * OUT_BYTES;  // n_out is a multiple of 8: whole 16 bytes
+    if constexpr (ROLE == kRoleGemm1) {
+      sm90::bulk_store(static_cast<unsigned short*>(args.c) + (row0 + tid) * args.ldc + n0, src, bytes);
+    } else if constexpr (ROLE == kRoleGemm2Rows) {
+      sm90::bulk_store(static_cast<float*>(args.c) + slot * args.ldc + n0, src, bytes);
+    } else {
+      sm90::bulk_add_f32(static_cast<float*>(args.c) + (slot / args.top_k) * args.ldc + n0, src, bytes);
+    }
+    sm90::bulk_commit();
+    sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
+  }
 #else
   __trap();  // the host builds this family for sm_90a only
 #endif
