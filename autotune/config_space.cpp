@@ -20,7 +20,7 @@ std::vector<std::pair<int, int>> warp_layouts(int block_m) {
 }
 }  // namespace
 
-std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens) {
+std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens, const std::string& arch) {
   const long long rows = (static_cast<long long>(std::max(num_tokens, 1)) * spec.top_k + spec.local_experts() - 1) /
                          spec.local_experts();
   const long long expected = next_pow2(rows);
@@ -32,7 +32,7 @@ std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens) {
   // Eight-row tiles for the swap-AB kernel while most experts get fewer rows than that.
   if (expected <= 8 && swap_ab_supported_both(spec)) out.push_back(8);
   for (int bm : kBlockMs)
-    if (bm >= lower && bm <= upper) out.push_back(bm);
+    if ((bm >= lower && bm <= upper) || (bm == 64 && wgmma_supported(spec, arch))) out.push_back(bm);
   return out;
 }
 
@@ -47,7 +47,9 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, con
   // shared-memory kernel's tiles: swap-AB ones are candidates of their own).
   const int rows = block_m == 16 ? 1 : block_m == 32 ? 32 : block_m == 64 ? 64 : 1024;
   const long long m = std::max<long long>(1, static_cast<long long>(rows) * spec.local_experts() / spec.top_k);
-  MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)), false, arch);
+  // (The wgmma kernel's tiles have 64 rows at least: the shared-memory kernel's below that.)
+  MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)), false,
+                                          block_m >= 64 ? arch : std::string());
   c.block_m = block_m;
   return c;
 }
@@ -81,12 +83,15 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
   if (block_m <= 32 && swap_ab_supported(spec, gemm1))
     for (const auto& [wn, wk, stages] : {std::tuple{4, 1, 2}, {4, 2, 2}, {4, 4, 2}, {2, 8, 2}, {8, 1, 2}, {4, 1, 4}})
       add_if_fits(swap_ab_tile(wn, wk, stages));
-  // wgmma (sm_90a prefill): weight rows per tile (G * block_n) of 128, 192 or 256, ring depths.
+  // wgmma (sm_90a prefill), plain and persistent: weight rows per tile (G * block_n) of 128, 192 or
+  // 256, ring depths.
   if (block_m >= 64 && wgmma_supported(spec, limits.arch)) {
     const bool gated = gemm1 && spec.fused && activation_is_gated(spec.activation);
-    for (int rows : {256, 128, 192})
-      for (int stages : {4, 3, 5, 6})
-        if (rows / (gated ? 2 : 1) <= std::max<long long>(64, next_pow2(width))) add_if_fits(wgmma_tile(rows / (gated ? 2 : 1), stages));
+    for (bool persistent : {false, true})
+      for (int rows : {256, 128, 192})
+        for (int stages : {4, 3, 5, 6})
+          if (rows / (gated ? 2 : 1) <= std::max<long long>(64, next_pow2(width)))
+            add_if_fits(wgmma_tile(rows / (gated ? 2 : 1), stages, 0, persistent));
   }
   if (block_m < 16) return out;  // the shared-memory kernel's tiles have 16 rows at least
   // k step in elements: a 128-byte smem row, or a 64-byte one (fp8: one byte per element).

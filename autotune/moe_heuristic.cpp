@@ -12,6 +12,7 @@ namespace moejit {
 namespace {
 // Buckets of rows per local expert, upper bounds inclusive; the last is open.
 constexpr int kBucketRows[] = {16, 32, 64};
+constexpr int kWgmmaMinRows = 8;  // sm_90a: rows per expert from which the wgmma kernel takes over
 
 int rows_per_expert(const MoeSpec& spec, long long num_tokens) {
   const long long rows = num_tokens * spec.top_k;
@@ -44,7 +45,7 @@ std::string MoeTileConfig::describe() const {
   auto tile = [](const GemmTile& t) {
     const std::string split = t.split_k ? fmt::format(" k/{}", t.split_k) : std::string();
     if (t.swap_ab) return fmt::format("swapab w{}x{} s{}{}", t.warps_n, t.warps_k, t.stages, split);
-    if (t.wgmma) return fmt::format("wgmma bn{} s{}{}", t.block_n, t.stages, split);
+    if (t.wgmma) return fmt::format("wgmma bn{} s{}{}{}", t.block_n, t.stages, t.persistent ? " ws" : "", split);
     return fmt::format("bn{} bk{} w{}x{} s{}{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages, split);
   };
   return fmt::format("bm{} gemm1[{}] gemm2[{}]", block_m, tile(gemm1), tile(gemm2));
@@ -68,9 +69,10 @@ bool swap_ab_supported(const MoeSpec& spec, bool gemm1) {
 
 bool swap_ab_supported_both(const MoeSpec& spec) { return swap_ab_supported(spec, true) && swap_ab_supported(spec, false); }
 
-GemmTile wgmma_tile(int block_n, int stages, int split_k) {
+GemmTile wgmma_tile(int block_n, int stages, int split_k, bool persistent) {
   GemmTile t;
   t.wgmma = true;
+  t.persistent = persistent;
   t.block_n = block_n;
   t.block_k = t.warps_m = t.warps_n = 0;
   t.stages = stages;
@@ -126,10 +128,20 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);
     return c;
   }
-  // Prefill on sm_90a: warpgroup MMA, 256 weight rows per tile (gate + up of 128 columns when gated).
-  if (c.block_m >= 64 && wgmma_supported(spec, arch)) {
-    c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4);
-    c.gemm2 = wgmma_tile(256, 4);
+  // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to 64 rows, 64-row tiles of the
+  // persistent kernel (its producer streams weights across tiles; on an H200 the tuner picked it
+  // for Mixtral-8x7B M = 32 .. 128, Qwen3-30B-A3B and DeepSeek-V2-Lite M = 128 / 256, DeepSeek-V3
+  // TP8 M = 64 .. 1024); beyond, 128 x 256-weight-row tiles.
+  if (rows >= kWgmmaMinRows && wgmma_supported(spec, arch)) {
+    if (rows <= kBucketRows[2]) {
+      c.block_m = 64;
+      c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
+      c.gemm2 = wgmma_tile(128, 4, 0, true);
+    } else {
+      c.block_m = 128;
+      c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4);
+      c.gemm2 = wgmma_tile(256, 4, 0, true);
+    }
     return c;
   }
   // Narrower tiles where the accumulators would not fit the registers (gated fp8_block).
@@ -147,6 +159,7 @@ std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_t
   // The first token count of every bucket, plus both ends.
   std::vector<long long> counts = {1, std::max(max_tokens, 1)};
   for (int bound : kBucketRows) counts.push_back(static_cast<long long>(bound) * spec.local_experts() / spec.top_k + 1);
+  counts.push_back(static_cast<long long>(kWgmmaMinRows - 1) * spec.local_experts() / spec.top_k + 1);
   std::vector<MoeTileConfig> out;
   for (long long m : counts) {
     if (m < 1 || m > std::max(max_tokens, 1)) continue;

@@ -26,6 +26,9 @@ struct GemmTile {
   // wgmma: the sm_90a prefill kernel (moe_gemm_wgmma); it takes block_n and stages and derives
   // block_k (64) and its warps (one warpgroup per 64 rows): block_k, warps_m and warps_n are 0.
   bool wgmma = false;
+  // persistent (wgmma tiles only): a CTA per SM walks the tiles, a producer warpgroup feeding the
+  // ring across them (moe_gemm_wgmma's persistent variant).
+  bool persistent = false;
   bool operator==(const GemmTile&) const = default;
 };
 
@@ -59,7 +62,7 @@ bool swap_ab_supported_both(const MoeSpec& spec);  // GEMM1 and GEMM2 (block_m 8
 // A wgmma tile (GemmTile::wgmma), and whether the layer can run one on arch: sm_90a, 16-bit
 // weights, the fast reduce mode (its fp32 sums within a k tile run in another order than the
 // shared-memory kernel's, so a row's result would depend on which kernel the batch size picked).
-GemmTile wgmma_tile(int block_n, int stages, int split_k = 0);
+GemmTile wgmma_tile(int block_n, int stages, int split_k = 0, bool persistent = false);
 bool wgmma_supported(const MoeSpec& spec, const std::string& arch);
 // Every config the heuristic returns for 1 <= num_tokens <= max_tokens (for eager compiles).
 std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens, const std::string& arch = "");

@@ -39,7 +39,8 @@ std::string tuned_shape_key(const MoeSpec& s) {
 
 namespace {
 nlohmann::json tile_to_json(const GemmTile& t) {
-  nlohmann::json j = t.wgmma ? nlohmann::json{{"wgmma", true}, {"block_n", t.block_n}, {"stages", t.stages}}
+  nlohmann::json j = t.wgmma ? nlohmann::json{{"wgmma", true}, {"block_n", t.block_n}, {"stages", t.stages},
+                                              {"persistent", t.persistent}}
                      : t.swap_ab ? nlohmann::json{{"swap_ab", true}, {"warps_n", t.warps_n}, {"warps_k", t.warps_k},
                                                 {"stages", t.stages}}
                                : nlohmann::json{{"block_n", t.block_n}, {"block_k", t.block_k}, {"warps_m", t.warps_m},
@@ -49,7 +50,8 @@ nlohmann::json tile_to_json(const GemmTile& t) {
 }
 GemmTile tile_from_json(const nlohmann::json& j) {
   if (j.value("wgmma", false))
-    return wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0));
+    return wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
+                      j.value("persistent", false));
   if (j.value("swap_ab", false))
     return swap_ab_tile(j.at("warps_n").get<int>(), j.at("warps_k").get<int>(), j.at("stages").get<int>(),
                         j.value("split_k", 0));

@@ -201,7 +201,7 @@ std::vector<TuneResult> MoeTuner::run() {
   int total = 0;
   for (int m : options_.batches) {
     const int bm = heuristic_tile_config(spec_, m, true, arch).block_m;
-    total += static_cast<int>(candidate_block_ms(spec_, m).size() + candidate_tiles(spec_, bm, true, limits).size() +
+    total += static_cast<int>(candidate_block_ms(spec_, m, arch).size() + candidate_tiles(spec_, bm, true, limits).size() +
                               candidate_tiles(spec_, bm, false, limits).size());
   }
   int done = 0;
@@ -247,7 +247,7 @@ std::vector<TuneResult> MoeTuner::run() {
       }
     };
     std::vector<MoeTileConfig> by_block_m = {r.heuristic};
-    for (int bm : candidate_block_ms(spec_, m)) {
+    for (int bm : candidate_block_ms(spec_, m, arch)) {
       const MoeTileConfig c = heuristic_config_for_block_m(spec_, bm, arch);
       if (std::find(by_block_m.begin(), by_block_m.end(), c) == by_block_m.end() && config_fits(spec_, c, limits))
         by_block_m.push_back(c);

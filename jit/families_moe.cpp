@@ -200,8 +200,11 @@ FamilyInfo moe_gemm_wgmma_family() {
       int_param("block_m", "BLOCK_M", "tile rows (= routing block_m): 64 or 128, one warpgroup per 64", 128, 64, 128),
       int_param("block_n", "BLOCK_N", "tile output columns (gated: x2 weight rows; wgmma N = 64..256)", 128, 32, 256),
       int_param("stages", "STAGES", "cp.async ring depth (one slot in the wgmma, one landing, the rest loading)", 4, 3, 8),
+      int_param("persistent", "PERSISTENT",
+                "1: persistent CTAs, a producer warpgroup feeding the ring across tiles (mbarriers); 0: a CTA per tile",
+                0, 0, 1),
       derived_int("block_k", "", "k per tile: 64 16-bit elements (one 128-byte swizzled row)"),
-      derived_int("threads", "", "threads per CTA = 128 per 64 rows"),
+      derived_int("threads", "", "threads per CTA = 128 per 64 rows (+ 128 producer threads when persistent)"),
       derived_int("smem_bytes", "", "dynamic shared memory per CTA"),
   };
   f.entries = {{"gemm", "moejit::moe_gemm_wgmma_kernel", "moejit::MoeGemmArgs"}};
@@ -228,7 +231,7 @@ FamilyInfo moe_gemm_wgmma_family() {
                   fmt::format("moe_gemm_wgmma: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)",
                               smem + moe_gemm_static_smem_bytes(int(bm)), kMaxSharedBytes));
     s.params["block_k"] = std::int64_t(moe_wgmma_block_k());
-    s.params["threads"] = bm / 64 * 128;
+    s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), s.get_int("persistent") != 0));
     s.params["smem_bytes"] = smem;
   };
   return f;

@@ -86,6 +86,8 @@ struct MoeLayer::Kernels {
   unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
   // Output columns per CTA and k per tile (block) of each GEMM, as its kernel spec says.
   int gemm1_block_n = 0, gemm1_block_k = 0, gemm2_block_n = 0, gemm2_block_k = 0;
+  // Persistent wgmma kernels: a grid of at most one wave, each CTA walking the tiles.
+  bool gemm1_persistent = false, gemm2_persistent = false;
 };
 
 struct MoeLayer::Workspace {
@@ -152,6 +154,8 @@ void MoeLayer::load_tuned() {
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch) {
   const std::string dtype = dtype_name(spec.dtype);
   auto gemm = [&](const char* role, int act, const GemmTile& t) {
+    MOEJIT_REQUIRE(!t.persistent || t.wgmma, "moe: tile config {}: only wgmma tiles have a persistent variant",
+                   c.describe());
     if (t.wgmma) {
       const bool gemm1 = std::string(role) == "gemm1";
       MOEJIT_REQUIRE(wgmma_supported(spec, arch),
@@ -169,7 +173,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                              {"quant", std::string(quant_name(spec.quant))},
                              {"block_m", std::int64_t(c.block_m)},
                              {"block_n", std::int64_t(t.block_n)},
-                             {"stages", std::int64_t(t.stages)}}});
+                             {"stages", std::int64_t(t.stages)},
+                             {"persistent", std::int64_t(t.persistent ? 1 : 0)}}});
     }
     if (t.swap_ab) {
       const bool gemm1 = std::string(role) == "gemm1";
@@ -297,6 +302,9 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
   k->gemm1_block_k = int(specs[0].get_int("block_k"));
   k->gemm2_block_n = int(specs[1].get_int("block_n"));
   k->gemm2_block_k = int(specs[1].get_int("block_k"));
+  auto persistent = [](const KernelSpec& s) { return s.family == "moe_gemm_wgmma" && s.get_int("persistent") != 0; };
+  k->gemm1_persistent = persistent(specs[0]);
+  k->gemm2_persistent = persistent(specs[1]);
   log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), config.describe());
   kernels_.push_back(std::move(k));
   return *kernels_.back();
@@ -511,7 +519,14 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     g.split_counters = reinterpret_cast<int*>(w.split_counters);
     g.split_stride = static_cast<long long>(m) * spec_.top_k * spec_.w1_rows();
   }
-  k.gemm1->launch(stream, {gx1, unsigned(max_tiles), unsigned(splits1), k.gemm1_threads, 1, 1, k.gemm1_smem, overlap},
+  // Grid (x, y): column tiles x row tiles, or a persistent kernel's one wave (per k split).
+  auto gemm_grid = [&](bool persistent, unsigned gx, long long wave, int splits) {
+    if (!persistent) return std::pair<unsigned, unsigned>(gx, unsigned(max_tiles));
+    const long long per_split = std::max<long long>(1, wave / splits);
+    return std::pair<unsigned, unsigned>(unsigned(std::min<long long>(static_cast<long long>(gx) * max_tiles, per_split)), 1u);
+  };
+  const auto [g1x, g1y] = gemm_grid(k.gemm1_persistent, gx1, wave1, splits1);
+  k.gemm1->launch(stream, {g1x, g1y, unsigned(splits1), k.gemm1_threads, 1, 1, k.gemm1_smem, overlap},
                   g);
   if (!spec_.fused) {
     if (hooks && hooks->after_gemm1) hooks->after_gemm1(stream, stage);
@@ -553,7 +568,8 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.split_partial = nullptr;
   g.split_counters = nullptr;
   g.k_tiles_per_split = tiles_per_split(k_tiles2, splits2);
-  k.gemm2->launch(stream, {gx2, unsigned(max_tiles), unsigned(splits2), k.gemm2_threads, 1, 1, k.gemm2_smem, overlap},
+  const auto [g2x, g2y] = gemm_grid(k.gemm2_persistent, gx2, wave2, splits2);
+  k.gemm2->launch(stream, {g2x, g2y, unsigned(splits2), k.gemm2_threads, 1, 1, k.gemm2_smem, overlap},
                   g);
   if (!spec_.fused && hooks && hooks->after_gemm2) hooks->after_gemm2(stream, stage);
   MoeReduceArgs r{};

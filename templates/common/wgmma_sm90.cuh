@@ -52,6 +52,45 @@ __device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;
 // Waits until this thread's bulk copies have read their shared-memory sources.
 __device__ inline void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
 
+// mbarriers (shared memory, 8 bytes each) for producer / consumer rings. A barrier's phase
+// completes when its count of arrivals is in; wait(parity) returns once the phase of that parity
+// has completed (on a fresh barrier, parity 1 counts as completed: the slot starts free).
+__device__ inline void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ inline void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ inline void mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ inline void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Arrives on bar once every cp.async this thread issued so far has landed (counts against the
+// barrier's expected arrivals).
+__device__ inline void cp_async_mbar_arrive(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Barrier `id` (1..15; 0 is __syncthreads) among `count` threads (whole warps).
+__device__ inline void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+// Per-warpgroup register budget (the kernel needs a register cap at entry: __launch_bounds__).
+template <int N>
+__device__ inline void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ inline void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 #include "common/wgmma_sm90_ops.cuh"
 #endif
 

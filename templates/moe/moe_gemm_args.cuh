@@ -107,10 +107,15 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int 
 
 // The sm_90a wgmma path (moe_gemm_wgmma.cuh): k tiles of 64 16-bit elements (128-byte rows, the
 // 128-byte swizzle), and its dynamic shared memory: STAGES slots of the A tile [BLOCK_M][128 B]
-// and the B tile [G * BLOCK_N][128 B], plus 1024 bytes to align the ring to the swizzle atoms.
+// and the B tile [G * BLOCK_N][128 B], 1024 bytes to align the ring to the swizzle atoms, and the
+// persistent variant's full / empty barrier per slot.
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_block_k() { return 64; }
+// Threads per CTA: 128 per 64 rows, plus the producer warpgroup of the persistent variant.
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent) {
+  return (block_m / 64 + (persistent ? 1 : 0)) * 128;
+}
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_smem_bytes(int block_m, int block_n, int stages, bool gated) {
-  return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024;
+  return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024 + stages * 16;
 }
 
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays

@@ -23,133 +23,153 @@
 #include "moe/moe_tile_rows.cuh"
 
 namespace moejit {
+namespace moe_wgmma_detail {
 
-// Tiles of 128 weight rows and fewer (64 accumulators per thread) keep registers for two CTAs per
-// SM, whose barriers and epilogues then overlap each other's main loops.
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES>
-__global__ void __launch_bounds__(BLOCK_M / 64 * 128, (activation_is_gated(ACT) ? 2 : 1) * BLOCK_N <= 128 ? 2 : 1)
-    moe_gemm_wgmma_kernel(const MoeGemmArgs args) {
-  constexpr bool GATED = activation_is_gated(ACT);
-  constexpr int G = GATED ? 2 : 1;                // accumulator sets: gate (+ up)
-  constexpr int THREADS = BLOCK_M / 64 * 128;
-  constexpr int B_ROWS = G * BLOCK_N;             // wgmma N
-  constexpr int NI = BLOCK_N / 8;                 // n8 accumulator chunks per set
-  constexpr int BLOCK_K = moe_wgmma_block_k();    // 64 16-bit elements: one 128-byte row
-  constexpr int ROW_BYTES = 128;
-  constexpr int A_STAGE = BLOCK_M * ROW_BYTES;    // [BLOCK_M][128 B], 8-row atoms of 1024 B
-  constexpr int B_STAGE = B_ROWS * ROW_BYTES;     // [B_ROWS][128 B]
-  constexpr int A_LOADS = BLOCK_M * 8 / THREADS;  // 16-byte chunks per thread per k tile
-  constexpr int B_LOADS = B_ROWS * 8 / THREADS;
-  constexpr int kGroupRows = 8;
-  static_assert(QUANT == kQuantNone, "the wgmma path takes 16-bit weights");
-  static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
-  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "one or two warpgroups of 64 rows");
-  static_assert(B_ROWS == 64 || B_ROWS == 128 || B_ROWS == 192 || B_ROWS == 256, "wgmma N of 64, 128, 192 or 256");
-  static_assert(STAGES >= 3, "a ring of 3 slots at least: one in the wgmma, one landing, one loading");
-  static_assert(A_LOADS * THREADS == BLOCK_M * 8 && B_LOADS * THREADS == B_ROWS * 8, "16-byte chunks share out evenly");
-#if MOEJIT_HAS_WGMMA
-  pdl::wait();
-  pdl::launch_dependents();
-  // Grouped walk: linear CTA index -> (row tile, column tile), kGroupRows row tiles per sweep.
-  const int linear = blockIdx.y * gridDim.x + blockIdx.x;
-  const int group_size = kGroupRows * gridDim.x;
-  const int first_tile = linear / group_size * kGroupRows;
-  const int rows_in_group = min(kGroupRows, static_cast<int>(gridDim.y) - first_tile);
-  const int tile = first_tile + linear % group_size % rows_in_group;
-  const int n0 = linear % group_size / rows_in_group * BLOCK_N;
-  if (tile >= args.totals[2]) return;
-  const int expert = args.tile_expert[tile];
-  const int row0 = tile * BLOCK_M;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+constexpr int kRowBytes = 128;  // a k tile row: 64 16-bit elements, the 128-byte swizzle's width
+constexpr int kGroupRows = 8;   // row tiles per column sweep of the grouped walk
 
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  // The swizzle atoms need 1024-byte alignment; the host adds 1024 bytes of slack.
-  unsigned char* s_a = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~static_cast<unsigned long long>(1023));
-  unsigned char* s_b = s_a + STAGES * A_STAGE;  // [STAGES][B_ROWS][128 B]
-  __shared__ int s_slot[BLOCK_M];
-  __shared__ int s_arow[BLOCK_M];
-  __shared__ float s_weight[BLOCK_M];
-  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) <= moe_gemm_static_smem_bytes(BLOCK_M),
-                "the host sizes shared memory with moe_gemm_static_smem_bytes");
-  moe_tile::stage_rows<ROLE, BLOCK_M, THREADS>(args, row0, s_slot, s_arow, s_weight);
+// Work item -> (row tile, first output column): kGroupRows row tiles per sweep over the columns.
+__device__ inline void grouped_item(int item, int col_tiles, int row_tiles, int block_n, int& tile, int& n0) {
+  const int group_size = kGroupRows * col_tiles;
+  const int first_tile = item / group_size * kGroupRows;
+  const int rows_in_group = min(kGroupRows, row_tiles - first_tile);
+  tile = first_tile + item % group_size % rows_in_group;
+  n0 = item % group_size / rows_in_group * block_n;
+}
 
-  const int k_tiles = (args.inner + BLOCK_K - 1) / BLOCK_K;
-  const int per_split = args.k_tiles_per_split > 0 ? args.k_tiles_per_split : k_tiles;
-  const int kt_begin = blockIdx.z * per_split;
-  const int local_tiles = min(k_tiles, kt_begin + per_split) - kt_begin;
+// The 16-byte chunks one thread copies into every k tile of a row tile: chunk tid % 8 of rows
+// (tid + i * THREADS) / 8. Only the rows are kept (A: gathered row or -1; B: weight row or -1):
+// the producer warpgroup of the persistent variant runs on few registers. Zero-filled past the
+// ends: padding rows, columns past n_out, the K tail.
+template <int ROLE, int ACT, int BLOCK_M, int BLOCK_N, int THREADS>
+struct ChunkLoader {
+  static constexpr int G = activation_is_gated(ACT) ? 2 : 1;
+  static constexpr int A_LOADS = BLOCK_M * 8 / THREADS;
+  static constexpr int B_LOADS = G * BLOCK_N * 8 / THREADS;
+  static_assert(A_LOADS * THREADS == BLOCK_M * 8 && B_LOADS * THREADS == G * BLOCK_N * 8,
+                "16-byte chunks share out evenly");
+  int a_row[A_LOADS], b_row[B_LOADS];
+  const unsigned char* b_base;  // the expert's weights + this thread's chunk
+  int tid;
 
-  // Each thread copies the same rows' chunks at every k tile: sources found once. Chunk i of the
-  // thread is row (tid + i * THREADS) / 8, column chunk tid % 8 (THREADS is a multiple of 8).
-  const int chunk = tid % 8;
-  const unsigned char* a_src[A_LOADS];
-  const unsigned char* b_src[B_LOADS];
-  unsigned a_dst[A_LOADS], b_dst[B_LOADS];  // byte offsets in a slot
-#pragma unroll
-  for (int i = 0; i < A_LOADS; ++i) {
-    const int r = (tid + i * THREADS) / 8, arow = s_arow[r];
-    a_src[i] = arow < 0 ? nullptr : static_cast<const unsigned char*>(args.a) + arow * args.lda + chunk * 16;
-    a_dst[i] = r * ROW_BYTES + ((chunk ^ (r & 7)) * 16);
-  }
-#pragma unroll
-  for (int i = 0; i < B_LOADS; ++i) {
-    const int r = (tid + i * THREADS) / 8;
-    const int wrow = moe_tile::weight_row<ACT>(args, n0 + (GATED ? r % BLOCK_N : r), GATED ? r / BLOCK_N : 0);
-    b_src[i] = wrow < 0 ? nullptr
-                        : static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride + wrow * args.ldb + chunk * 16;
-    b_dst[i] = r * ROW_BYTES + ((chunk ^ (r & 7)) * 16);
-  }
-  const unsigned smem_a = sm80::smem_addr(s_a), smem_b = sm80::smem_addr(s_b);
-  // Zero-filled past the ends: padding rows, columns past n_out, the K tail.
-  auto load_stage = [&](int slot, int kt) {
-    const int k = kt * BLOCK_K + chunk * 8;
-    const bool k_ok = k < args.inner;
-    const long long koff = static_cast<long long>(kt) * BLOCK_K * 2;
+  __device__ void init(const MoeGemmArgs& args, int row0, int n0, int expert, int thread) {
+    tid = thread;
 #pragma unroll
     for (int i = 0; i < A_LOADS; ++i) {
-      const bool valid = k_ok && a_src[i] != nullptr;
-      sm80::cp_async_16(smem_a + slot * A_STAGE + a_dst[i], valid ? a_src[i] + koff : args.a, valid);
+      const int r = (tid + i * THREADS) / 8, slot = args.gather_index[row0 + r];
+      a_row[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + r);
     }
 #pragma unroll
     for (int i = 0; i < B_LOADS; ++i) {
-      const bool valid = k_ok && b_src[i] != nullptr;
-      sm80::cp_async_16(smem_b + slot * B_STAGE + b_dst[i], valid ? b_src[i] + koff : args.b, valid);
+      const int r = (tid + i * THREADS) / 8;
+      b_row[i] = moe_tile::weight_row<ACT>(args, n0 + (G == 2 ? r % BLOCK_N : r), G == 2 ? r / BLOCK_N : 0);
     }
+    b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride + (tid % 8) * 16;
+  }
+  // cp.async of k tile kt into the slot whose A and B tiles start at shared addresses sa, sb.
+  __device__ void issue(const MoeGemmArgs& args, unsigned sa, unsigned sb, int kt) const {
+    const int chunk = tid % 8;
+    const bool k_ok = kt * moe_wgmma_block_k() + chunk * 8 < args.inner;
+    const long long koff = static_cast<long long>(kt) * moe_wgmma_block_k() * 2 + chunk * 16;
+    const unsigned char* a_base = static_cast<const unsigned char*>(args.a);
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+      const int r = (tid + i * THREADS) / 8;
+      const bool valid = k_ok && a_row[i] >= 0;
+      sm80::cp_async_16(sa + r * kRowBytes + (chunk ^ (r & 7)) * 16, valid ? a_base + a_row[i] * args.lda + koff : a_base,
+                        valid);
+    }
+#pragma unroll
+    for (int i = 0; i < B_LOADS; ++i) {
+      const int r = (tid + i * THREADS) / 8;
+      const bool valid = k_ok && b_row[i] >= 0;
+      sm80::cp_async_16(sb + r * kRowBytes + (chunk ^ (r & 7)) * 16,
+                        valid ? b_base + b_row[i] * args.ldb + (koff - chunk * 16) : b_base, valid);
+    }
+  }
+};
+
+#if MOEJIT_HAS_WGMMA
+// d[64 x B_ROWS] += the warpgroup's 64 A rows x B rows over one k tile (4 x k16: the descriptors
+// step 32 bytes along the swizzled rows).
+template <int DTYPE, int B_ROWS>
+__device__ inline void mma_k_tile(float* d, unsigned long long desc_a, unsigned long long desc_b) {
+#pragma unroll
+  for (int ks = 0; ks < moe_wgmma_block_k() / 16; ++ks) {
+    const unsigned long long a = desc_a + 2 * ks, b = desc_b + 2 * ks;
+    if constexpr (DTYPE == kDTypeBF16) {
+      if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_bf16(d, a, b, 1);
+      if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_bf16(d, a, b, 1);
+      if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_bf16(d, a, b, 1);
+      if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_bf16(d, a, b, 1);
+    } else {
+      if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_f16(d, a, b, 1);
+      if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_f16(d, a, b, 1);
+      if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_f16(d, a, b, 1);
+      if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_f16(d, a, b, 1);
+    }
+  }
+}
+#endif
+
+}  // namespace moe_wgmma_detail
+
+namespace moe_wgmma_detail {
+
+template <int ROLE, int DTYPE, int ACT, int BLOCK_M, int BLOCK_N, int STAGES>
+struct Tile {
+  static constexpr int G = activation_is_gated(ACT) ? 2 : 1;  // accumulator sets: gate (+ up)
+  static constexpr int CONSUMER_THREADS = BLOCK_M / 64 * 128;
+  static constexpr int B_ROWS = G * BLOCK_N;                   // wgmma N
+  static constexpr int NI = BLOCK_N / 8;                       // n8 accumulator chunks per set
+  static constexpr int A_STAGE = BLOCK_M * kRowBytes;          // [BLOCK_M][128 B], 8-row atoms of 1024 B
+  static constexpr int B_STAGE = B_ROWS * kRowBytes;           // [B_ROWS][128 B]
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "one or two warpgroups of 64 rows");
+  static_assert(B_ROWS == 64 || B_ROWS == 128 || B_ROWS == 192 || B_ROWS == 256, "wgmma N of 64, 128, 192 or 256");
+  static_assert(STAGES >= 3, "a ring of 3 slots at least");
+};
+
+#if MOEJIT_HAS_WGMMA
+// One tile per CTA; every thread loads and multiplies. Ring of STAGES slots with one wgmma group
+// in flight: at k tile i the CTA loads tile i + STAGES - 2 into the slot tile i - 2 used, which
+// the wgmma wait of iteration i - 1 and the barrier of iteration i have freed. The epilogue stages
+// the tile in the idle ring and writes each row with one bulk copy or bulk fp32 add.
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES>
+__device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, int kt_begin, int local_tiles,
+                                  int* s_slot, int* s_arow, float* s_weight) {
+  using T = Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
+  constexpr int THREADS = T::CONSUMER_THREADS;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
+  int tile, n0;
+  grouped_item(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, BLOCK_N, tile, n0);
+  if (tile >= args.totals[2]) return;
+  const int expert = args.tile_expert[tile];
+  const int row0 = tile * BLOCK_M;
+  moe_tile::stage_rows<ROLE, BLOCK_M, THREADS>(args, row0, s_slot, s_arow, s_weight);
+  ChunkLoader<ROLE, ACT, BLOCK_M, BLOCK_N, THREADS> loader;
+  loader.init(args, row0, n0, expert, tid);
+  const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
+  auto load_stage = [&](int slot, int kt) {
+    loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt);
   };
 
-  float acc[G][1][NI][4];  // wgmma m64 n(B_ROWS) accumulators: set s, chunk ni = wgmma chunk s * NI + ni
+  float acc[T::G][1][T::NI][4];  // wgmma m64 n(B_ROWS) accumulators: set s, chunk ni = wgmma chunk s * NI + ni
   float* d = &acc[0][0][0][0];
 #pragma unroll
-  for (int e = 0; e < G * NI * 4; ++e) d[e] = 0.f;
-
+  for (int e = 0; e < T::G * T::NI * 4; ++e) d[e] = 0.f;
 #pragma unroll
   for (int s = 0; s < STAGES - 2; ++s) {
     if (s < local_tiles) load_stage(s, kt_begin + s);
     sm80::cp_async_commit();
   }
-  const int wg = warp / 4;
   for (int i = 0; i < local_tiles; ++i) {
     sm80::cp_async_wait<STAGES - 3>();
     sm90::fence_proxy_async();  // this thread's cp.async writes -> the async proxy
     __syncthreads();            // tile i landed for all; tile i - 2's wgmmas are done in every warpgroup
     const int slot = i % STAGES;
-    const unsigned long long desc_a = sm90::sw128_desc(smem_a + slot * A_STAGE + wg * 64 * ROW_BYTES);
-    const unsigned long long desc_b = sm90::sw128_desc(smem_b + slot * B_STAGE);
     sm90::fence();
-#pragma unroll
-    for (int ks = 0; ks < BLOCK_K / 16; ++ks) {  // 32 bytes of k per step: +2 in the descriptor
-      if constexpr (DTYPE == kDTypeBF16) {
-        if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_bf16(d, desc_a + 2 * ks, desc_b + 2 * ks, 1);
-        if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_bf16(d, desc_a + 2 * ks, desc_b + 2 * ks, 1);
-        if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_bf16(d, desc_a + 2 * ks, desc_b + 2 * ks, 1);
-        if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_bf16(d, desc_a + 2 * ks, desc_b + 2 * ks, 1);
-      } else {
-        if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_f16(d, desc_a + 2 * ks, desc_b + 2 * ks, 1);
-        if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_f16(d, desc_a + 2 * ks, desc_b + 2 * ks, 1);
-        if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_f16(d, desc_a + 2 * ks, desc_b + 2 * ks, 1);
-        if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_f16(d, desc_a + 2 * ks, desc_b + 2 * ks, 1);
-      }
-    }
+    mma_k_tile<DTYPE, T::B_ROWS>(d, sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
+                                 sm90::sw128_desc(smem_b + slot * T::B_STAGE));
     sm90::commit();
     const int next = i + STAGES - 2;
     if (next < local_tiles) load_stage(next % STAGES, kt_begin + next);
@@ -158,7 +178,7 @@ __global__ void __launch_bounds__(BLOCK_M / 64 * 128, (activation_is_gated(ACT) 
   }
   sm90::wait<0>();
 #pragma unroll
-  for (int e = 0; e < G * NI * 4; ++e) sm90::fence_operand(d[e]);
+  for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
   sm80::cp_async_wait<0>();
 
   // Epilogue through shared memory: the finished tile is staged in the (now idle) ring, rows padded
@@ -168,7 +188,7 @@ __global__ void __launch_bounds__(BLOCK_M / 64 * 128, (activation_is_gated(ACT) 
   // layers: each warp instruction touched 8 rows.
   constexpr int OUT_BYTES = ROLE == kRoleGemm1 ? 2 : 4;
   constexpr int PITCH = BLOCK_N + 8;  // elements per staged row: 16-byte aligned, fragment writes spread over the banks
-  static_assert(BLOCK_M * PITCH * OUT_BYTES <= STAGES * (A_STAGE + B_STAGE), "the ring holds the output tile");
+  static_assert(BLOCK_M * PITCH * OUT_BYTES <= STAGES * (T::A_STAGE + T::B_STAGE), "the ring holds the output tile");
   __syncthreads();  // every warpgroup is done with the ring
   unsigned char* s_out = s_a;
   auto stage = [&](int rl, int col, int, float a, float b) {
@@ -195,6 +215,131 @@ __global__ void __launch_bounds__(BLOCK_M / 64 * 128, (activation_is_gated(ACT) 
     }
     sm90::bulk_commit();
     sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
+  }
+}
+
+// Persistent, warp-specialized: warpgroup 0 produces (cp.async into the ring, each thread's
+// copies signalling the slot's `full` barrier as they land), the others consume (wait for `full`,
+// wgmma, release the slot through `empty` once the wgmma that read it is done). The CTA walks
+// work items blockIdx.x, + gridDim.x, ... of the grouped order; the producer runs up to STAGES k
+// tiles ahead, across row tiles, so the next tile's loads overlap this tile's epilogue and no
+// tile starts with an empty pipeline.
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES>
+__device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* s_a, int kt_begin, int local_tiles,
+                                        int* s_slot, int* s_arow, float* s_weight, unsigned long long* bars) {
+  using T = Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
+  constexpr int CONSUMERS = T::CONSUMER_THREADS;
+  const int tid = threadIdx.x;
+  const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
+  const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      sm90::mbar_init(full0 + s * 8, 128);        // one (async) arrival per producer thread
+      sm90::mbar_init(empty0 + s * 8, CONSUMERS);  // one arrival per consumer thread
+    }
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+  const int col_tiles = (args.n_out + BLOCK_N - 1) / BLOCK_N, row_tiles = args.totals[2];
+  const int items = col_tiles * row_tiles;
+  if (tid < 128) {  // producer warpgroup
+    // Registers: the producer keeps 24 rows and their addresses (136), the consumers 128
+    // accumulators and the epilogue (176); 128 x 136 + 256 x 176 <= 64 K.
+    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_dec<136>();
+    ChunkLoader<ROLE, ACT, BLOCK_M, BLOCK_N, 128> loader;
+    int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+      int tile, n0;
+      grouped_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+      loader.init(args, tile * BLOCK_M, n0, args.tile_expert[tile], tid);
+      for (int i = 0; i < local_tiles; ++i, ++it) {
+        const int slot = it % STAGES;
+        sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
+        loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
+        sm90::cp_async_mbar_arrive(full0 + slot * 8);
+      }
+    }
+    sm80::cp_async_wait<0>();
+  } else {  // consumer warpgroups
+    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_inc<176>();
+    const int ctid = tid - 128, lane = tid & 31, cwarp = ctid >> 5, wg = cwarp / 4;
+    float acc[T::G][1][T::NI][4];
+    float* d = &acc[0][0][0][0];
+    int it = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+      int tile, n0;
+      grouped_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+      const int expert = args.tile_expert[tile], row0 = tile * BLOCK_M;
+      sm90::named_barrier(1, CONSUMERS);  // the previous tile's epilogue is done with the row arrays
+      for (int i = ctid; i < BLOCK_M; i += CONSUMERS) {
+        const int slot = args.gather_index[row0 + i];
+        s_slot[i] = slot;
+        s_arow[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + i);
+        s_weight[i] = (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
+      }
+      sm90::named_barrier(1, CONSUMERS);
+  #pragma unroll
+      for (int e = 0; e < T::G * T::NI * 4; ++e) d[e] = 0.f;
+      int held = -1;  // the slot whose wgmma may still run
+      for (int i = 0; i < local_tiles; ++i, ++it) {
+        const int slot = it % STAGES;
+        sm90::mbar_wait(full0 + slot * 8, (it / STAGES) & 1);
+        sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
+        sm90::fence();
+        mma_k_tile<DTYPE, T::B_ROWS>(d, sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
+                                     sm90::sw128_desc(smem_b + slot * T::B_STAGE));
+        sm90::commit();
+        sm90::wait<1>();
+        if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
+        held = slot;
+      }
+      sm90::wait<0>();
+      if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
+  #pragma unroll
+      for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
+      moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
+                                                                    expert, s_slot, s_arow, s_weight, nullptr,
+                                                                    moe_store::DirectSink<ROLE, DTYPE>{args, row0});
+    }
+  }
+}
+#endif
+
+}  // namespace moe_wgmma_detail
+
+// Plain tiles of 128 weight rows and fewer (64 accumulators per thread) keep registers for two
+// CTAs per SM, whose barriers and epilogues then overlap each other's main loops.
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, int PERSISTENT>
+__global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT),
+                                  !PERSISTENT && (activation_is_gated(ACT) ? 2 : 1) * BLOCK_N <= 128 ? 2 : 1)
+    moe_gemm_wgmma_kernel(const MoeGemmArgs args) {
+  static_assert(QUANT == kQuantNone, "the wgmma path takes 16-bit weights");
+  static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
+#if MOEJIT_HAS_WGMMA
+  using T = moe_wgmma_detail::Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
+  pdl::wait();
+  pdl::launch_dependents();
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  // The swizzle atoms need 1024-byte alignment; the host adds 1024 bytes of slack. The persistent
+  // variant's barriers follow the ring.
+  unsigned char* s_a = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~static_cast<unsigned long long>(1023));
+  __shared__ int s_slot[BLOCK_M];
+  __shared__ int s_arow[BLOCK_M];
+  __shared__ float s_weight[BLOCK_M];
+  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) <= moe_gemm_static_smem_bytes(BLOCK_M),
+                "the host sizes shared memory with moe_gemm_static_smem_bytes");
+  const int k_tiles = (args.inner + moe_wgmma_block_k() - 1) / moe_wgmma_block_k();
+  const int per_split = args.k_tiles_per_split > 0 ? args.k_tiles_per_split : k_tiles;
+  const int kt_begin = blockIdx.z * per_split;
+  const int local_tiles = min(k_tiles, kt_begin + per_split) - kt_begin;
+  if constexpr (PERSISTENT) {
+    auto* bars = reinterpret_cast<unsigned long long*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE));
+    moe_wgmma_detail::persistent_tiles<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES>(
+        args, s_a, kt_begin, local_tiles, s_slot, s_arow, s_weight, bars);
+  } else {
+    moe_wgmma_detail::plain_tile<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES>(args, s_a, kt_begin, local_tiles,
+                                                                                   s_slot, s_arow, s_weight);
   }
 #else
   __trap();  // the host builds this family for sm_90a only

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "autotune/config_space.h"
@@ -160,6 +161,71 @@ TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the lay
   CHECK_NOTHROW(moe_expert_kernel_specs(tail, decode, "sm_90a"));  // bf16: 8 k per load
   tail.quant = kQuantInt8Channel;
   refused(tail, decode, "whole 16-weight chunks");
+}
+
+TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad ones are refused") {
+  const MoeSpec q = qwen3();  // bf16, fast mode: 64 rows per expert at M = 1024
+  const MoeTileConfig prefill = heuristic_tile_config(q, 8192, true, "sm_90a");
+  CHECK(prefill.block_m == 128);
+  CHECK(prefill.gemm1.wgmma);
+  CHECK(prefill.gemm2.wgmma);
+  CHECK(prefill.gemm1.block_n == 128);  // gated: 256 weight rows
+  const MoeTileConfig mid = heuristic_tile_config(q, 128, true, "sm_90a");  // 8 rows per expert
+  CHECK(mid.block_m == 64);
+  CHECK(mid.gemm1.persistent);
+  CHECK(mid.describe().find("wgmma bn64 s4 ws") != std::string::npos);
+  CHECK_FALSE(heuristic_tile_config(q, 1, true, "sm_90a").gemm1.wgmma);  // decode: 1 row per expert
+  for (const char* arch : {"", "sm_80", "sm_90", "sm_100a"}) CHECK_FALSE(heuristic_tile_config(q, 8192, true, arch).gemm1.wgmma);
+  MoeSpec det = q;
+  det.reduce = ReduceMode::Deterministic;
+  CHECK_FALSE(heuristic_tile_config(det, 8192, true, "sm_90a").gemm1.wgmma);
+  MoeSpec int8 = q;
+  int8.quant = kQuantInt8Channel;
+  CHECK_FALSE(heuristic_tile_config(int8, 8192, true, "sm_90a").gemm1.wgmma);
+  // Candidates: plain and persistent wgmma tiles at 64 rows and more on sm_90a; 64-row tiles at
+  // every batch size there.
+  int plain = 0, persistent = 0;
+  for (const auto& t : candidate_tiles(q, 128, true, {227 * 1024, "sm_90a"})) (t.persistent ? persistent : plain) += t.wgmma;
+  CHECK(plain >= 6);
+  CHECK(persistent >= 6);
+  for (const auto& t : candidate_tiles(q, 128, true, {227 * 1024, "sm_80"})) CHECK_FALSE(t.wgmma);
+  for (const auto& t : candidate_tiles(det, 128, false, {227 * 1024, "sm_90a"})) CHECK_FALSE(t.wgmma);
+  const auto bms = candidate_block_ms(q, 1, "sm_90a");
+  CHECK(std::find(bms.begin(), bms.end(), 64) != bms.end());
+  CHECK(candidate_block_ms(q, 1) == std::vector<int>{8, 16});
+
+  // JSON: block_n, stages, persistent (and split_k) come back equal.
+  MoeTileConfig c = mid;
+  c.gemm2.split_k = 2;
+  CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
+  CHECK(tile_config_to_json(c)["gemm1"]["persistent"] == true);
+  CHECK_FALSE(tile_config_to_json(c)["gemm1"].contains("warps_m"));
+
+  // Refused before anything compiles: other archs, quantized weights, the deterministic mode,
+  // block_m other than 64 / 128, more than 256 weight rows, GEMM1 split, persistent non-wgmma tiles.
+  CHECK_NOTHROW(moe_expert_kernel_specs(q, prefill, "sm_90a"));
+  auto refused = [](const MoeSpec& spec, const MoeTileConfig& config, const char* arch, const char* what) {
+    CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(spec, config, arch), doctest::Contains(what), Error);
+  };
+  refused(q, prefill, "sm_90", "needs sm_90a");
+  refused(q, prefill, "sm_100a", "needs sm_90a");
+  refused(int8, prefill, "sm_90a", "16-bit weights");
+  refused(det, prefill, "sm_90a", "fast reduce mode");
+  MoeTileConfig odd = prefill;
+  odd.block_m = 32;
+  refused(q, odd, "sm_90a", "out of range [64, 128]");
+  odd = prefill;
+  odd.gemm1.block_n = 256;  // gated: 512 weight rows
+  refused(q, odd, "sm_90a", "must be 64, 128, 192 or 256");
+  odd = prefill;
+  odd.gemm1.split_k = 2;
+  refused(q, odd, "sm_90a", "does not split k");
+  odd = heuristic_tile_config(q, 8192);
+  odd.gemm2.persistent = true;
+  refused(q, odd, "sm_90a", "only wgmma tiles have a persistent variant");
+  odd = prefill;
+  odd.gemm2.stages = 8;  // 8 x 48 KiB
+  refused(q, odd, "sm_90a", "shared memory");
 }
 
 TEST_CASE("autotune: DB metadata rules, corrupt files, bad entries") {

@@ -292,7 +292,7 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
   for (const MoeSpec& spec : specs) {
     const int g1 = spec.fused && activation_is_gated(spec.activation) ? 2 : 1;  // weight rows per GEMM1 column
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 3; ++variant) {
+      for (int variant = 0; variant < 5; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
         if (variant == 0) {
@@ -301,9 +301,15 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
         } else if (variant == 1) {
           c.gemm1 = wgmma_tile(128 / g1, 3);
           c.gemm2 = wgmma_tile(192, 5);
-        } else {
+        } else if (variant == 2) {
           c.gemm1 = wgmma_tile(192 / g1, bm == 64 ? 6 : 5);  // 6 slots of 128 x 192 exceed 227 KiB
           c.gemm2 = wgmma_tile(128, 3, spec.fused ? 3 : 1);
+        } else if (variant == 3) {  // persistent: producer warpgroup, CTAs walking the tiles
+          c.gemm1 = wgmma_tile(256 / g1, 4, 0, true);
+          c.gemm2 = wgmma_tile(256, 3, 0, true);
+        } else {
+          c.gemm1 = wgmma_tile(128 / g1, 5, 0, true);
+          c.gemm2 = wgmma_tile(192, 4, spec.fused ? 3 : 1, true);
         }
         out.push_back({spec, c, {40, 300}});
       }
