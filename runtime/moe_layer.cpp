@@ -153,11 +153,23 @@ void MoeLayer::load_tuned() {
 
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch) {
   const std::string dtype = dtype_name(spec.dtype);
+  // One GEMM's spec: the parameters every moe_gemm family shares, then the family's own.
   auto gemm = [&](const char* role, int act, const GemmTile& t) {
+    const bool gemm1 = std::string(role) == "gemm1";
+    auto make = [&](const char* family, std::initializer_list<std::pair<const std::string, ParamValue>> own) {
+      KernelSpec s{family,
+                   arch,
+                   {{"role", std::string(role)},
+                    {"dtype", dtype},
+                    {"activation", std::string(activation_name(act))},
+                    {"quant", std::string(quant_name(spec.quant))},
+                    {"block_m", std::int64_t(c.block_m)}}};
+      s.params.insert(own);
+      return complete_spec(std::move(s));
+    };
     MOEJIT_REQUIRE(!t.persistent || t.wgmma, "moe: tile config {}: only wgmma tiles have a persistent variant",
                    c.describe());
     if (t.wgmma) {
-      const bool gemm1 = std::string(role) == "gemm1";
       MOEJIT_REQUIRE(wgmma_supported(spec, arch),
                      "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit weights "
                      "and the fast reduce mode",
@@ -166,18 +178,11 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                      "moe: tile config {}: a wgmma tile derives block_k and its warps (0 each)", c.describe());
       MOEJIT_REQUIRE(!gemm1 || t.split_k <= 1, "moe: tile config {}: the wgmma GEMM1 does not split k",
                      c.describe());
-      return complete_spec({"moe_gemm_wgmma", arch,
-                            {{"role", std::string(role)},
-                             {"dtype", dtype},
-                             {"activation", std::string(activation_name(act))},
-                             {"quant", std::string(quant_name(spec.quant))},
-                             {"block_m", std::int64_t(c.block_m)},
-                             {"block_n", std::int64_t(t.block_n)},
-                             {"stages", std::int64_t(t.stages)},
-                             {"persistent", std::int64_t(t.persistent ? 1 : 0)}}});
+      return make("moe_gemm_wgmma", {{"block_n", std::int64_t(t.block_n)},
+                                     {"stages", std::int64_t(t.stages)},
+                                     {"persistent", std::int64_t(t.persistent ? 1 : 0)}});
     }
     if (t.swap_ab) {
-      const bool gemm1 = std::string(role) == "gemm1";
       MOEJIT_REQUIRE(swap_ab_supported(spec, gemm1),
                      "moe: tile config {} runs {} on the swap-AB kernel, which needs the fast reduce mode and a "
                      "reduction length of whole {}-weight chunks ({} here)",
@@ -189,27 +194,15 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
       MOEJIT_REQUIRE(!gemm1 || t.split_k <= 1,
                      "moe: tile config {}: the swap-AB GEMM1 does not split k across CTAs (warps_k splits it within one)",
                      c.describe());
-      return complete_spec({"moe_gemm_swap_ab", arch,
-                            {{"role", std::string(role)},
-                             {"dtype", dtype},
-                             {"activation", std::string(activation_name(act))},
-                             {"quant", std::string(quant_name(spec.quant))},
-                             {"block_m", std::int64_t(c.block_m)},
-                             {"warps_n", std::int64_t(t.warps_n)},
-                             {"warps_k", std::int64_t(t.warps_k)},
-                             {"stages", std::int64_t(t.stages)}}});
+      return make("moe_gemm_swap_ab", {{"warps_n", std::int64_t(t.warps_n)},
+                                       {"warps_k", std::int64_t(t.warps_k)},
+                                       {"stages", std::int64_t(t.stages)}});
     }
-    return complete_spec({"moe_gemm", arch,
-                          {{"role", std::string(role)},
-                           {"dtype", dtype},
-                           {"activation", std::string(activation_name(act))},
-                           {"quant", std::string(quant_name(spec.quant))},
-                           {"block_m", std::int64_t(c.block_m)},
-                           {"block_n", std::int64_t(t.block_n)},
-                           {"block_k", std::int64_t(t.block_k)},
-                           {"warps_m", std::int64_t(t.warps_m)},
-                           {"warps_n", std::int64_t(t.warps_n)},
-                           {"stages", std::int64_t(t.stages)}}});
+    return make("moe_gemm", {{"block_n", std::int64_t(t.block_n)},
+                             {"block_k", std::int64_t(t.block_k)},
+                             {"warps_m", std::int64_t(t.warps_m)},
+                             {"warps_n", std::int64_t(t.warps_n)},
+                             {"stages", std::int64_t(t.stages)}});
   };
   const bool atomic = spec.fused && spec.reduce == ReduceMode::Fast;
   // Order matters: MoeLayer::kernels_for indexes these.

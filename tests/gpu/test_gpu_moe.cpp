@@ -129,22 +129,22 @@ TEST_CASE("gpu moe: every tile config the tuner may pick computes the same funct
   MESSAGE(fmt::format("{} tile configs checked against the fp64 reference", checked));
 }
 
-// The swap-AB decode kernel: weights dequantized in registers on the mma's M side.
-TEST_CASE("gpu moe: the swap-AB kernel equals the fp64 reference in every weight format") {
-  Runtime rt(test_options(""));
-  if (!gpu_or_skip(rt, "gpu moe swap-AB")) return;
-  const auto cases = moe_swap_ab_cases();
+namespace {
+// Runs every case's forwards (a fresh layer per spec; cases of one layer follow each other) against
+// the fp64 reference, then checks that the deterministic mode refuses the first case's config with
+// an error naming `kernel`. Returns the forwards checked.
+int check_kernel_cases(Runtime& rt, const std::vector<MoeKernelCase>& cases, int seed, const char* kernel) {
   std::vector<KernelSpec> specs;
   for (const auto& c : cases)
     for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch())) specs.push_back(std::move(s));
   rt.compile_all(specs);
   std::unique_ptr<MoeRun> run;
-  const MoeSpec* current = nullptr;  // cases of one layer follow each other
+  const MoeSpec* current = nullptr;
   int checked = 0;
   for (const auto& c : cases) {
     if (!run || current->describe() != c.spec.describe() ||
         current->router_weight_on_input != c.spec.router_weight_on_input) {
-      run = std::make_unique<MoeRun>(make_moe_run(rt, c.spec, c.token_counts.back(), 1300 + checked));
+      run = std::make_unique<MoeRun>(make_moe_run(rt, c.spec, c.token_counts.back(), seed + checked));
       current = &c.spec;
     }
     for (int m : c.token_counts) {
@@ -157,16 +157,27 @@ TEST_CASE("gpu moe: the swap-AB kernel equals the fp64 reference in every weight
       ++checked;
     }
   }
-  MESSAGE(fmt::format("{} swap-AB forwards checked against the fp64 reference", checked));
-  // The deterministic mode's sums must not depend on the batch: the swap-AB kernel is refused there.
+  // The deterministic mode's sums must not depend on the batch: these kernels are refused there.
   MoeSpec det = cases[0].spec;
   det.reduce = ReduceMode::Deterministic;
-  MoeRun d = make_moe_run(rt, det, 4, 1390);
-  CHECK_THROWS_WITH_AS(d.layer->forward_with_config(nullptr, d.problem->args(4, true), cases[0].config),
-                       doctest::Contains("swap-AB"), Error);
+  const int m = cases[0].token_counts.front();
+  MoeRun d = make_moe_run(rt, det, m, seed + 90);
+  CHECK_THROWS_WITH_AS(d.layer->forward_with_config(nullptr, d.problem->args(m, true), cases[0].config),
+                       doctest::Contains(kernel), Error);
+  return checked;
+}
+}  // namespace
+
+// The swap-AB decode kernel: weights dequantized in registers on the mma's M side.
+TEST_CASE("gpu moe: the swap-AB kernel equals the fp64 reference in every weight format") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe swap-AB")) return;
+  const int checked = check_kernel_cases(rt, moe_swap_ab_cases(), 1300, "swap-AB");
+  MESSAGE(fmt::format("{} swap-AB forwards checked against the fp64 reference", checked));
 }
 
-// The sm_90a wgmma kernel (prefill): warpgroup MMA from a 128-byte-swizzled cp.async ring.
+// The sm_90a wgmma kernel (prefill): warpgroup MMA from a 128-byte-swizzled cp.async ring, plain
+// and persistent.
 TEST_CASE("gpu moe: the wgmma kernel equals the fp64 reference") {
   Runtime rt(test_options(""));
   if (!gpu_or_skip(rt, "gpu moe wgmma")) return;
@@ -174,37 +185,8 @@ TEST_CASE("gpu moe: the wgmma kernel equals the fp64 reference") {
     MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
     return;
   }
-  const auto cases = moe_wgmma_cases();
-  std::vector<KernelSpec> specs;
-  for (const auto& c : cases)
-    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch())) specs.push_back(std::move(s));
-  rt.compile_all(specs);
-  std::unique_ptr<MoeRun> run;
-  const MoeSpec* current = nullptr;  // cases of one layer follow each other
-  int checked = 0;
-  for (const auto& c : cases) {
-    if (!run || current->describe() != c.spec.describe() ||
-        current->router_weight_on_input != c.spec.router_weight_on_input) {
-      run = std::make_unique<MoeRun>(make_moe_run(rt, c.spec, c.token_counts.back(), 2100 + checked));
-      current = &c.spec;
-    }
-    for (int m : c.token_counts) {
-      run->problem->poison();
-      run->layer->forward_with_config(nullptr, run->problem->args(m, true), c.config);
-      run->problem->use_generated_topk();
-      const double err = run->problem->relative_error(run->problem->output(m), MoeProblem::sample_tokens(m, 64));
-      INFO(fmt::format("{} M={} config {} relative error {:.3e}", c.spec.describe(), m, c.config.describe(), err));
-      CHECK(within_band(err));
-      ++checked;
-    }
-  }
+  const int checked = check_kernel_cases(rt, moe_wgmma_cases(), 2100, "wgmma");
   MESSAGE(fmt::format("{} wgmma forwards checked against the fp64 reference", checked));
-  // The deterministic mode's sums must not depend on the batch: the wgmma kernel is refused there.
-  MoeSpec det = cases[0].spec;
-  det.reduce = ReduceMode::Deterministic;
-  MoeRun d = make_moe_run(rt, det, 40, 2190);
-  CHECK_THROWS_WITH_AS(d.layer->forward_with_config(nullptr, d.problem->args(40, true), cases[0].config),
-                       doctest::Contains("wgmma"), Error);
 }
 
 // Split-K (fast mode): GEMM1 parks partial sums and the last split runs the epilogue; GEMM2 splits
