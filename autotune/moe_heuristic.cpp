@@ -81,7 +81,13 @@ GemmTile wgmma_tile(int block_n, int stages, int split_k, bool persistent) {
 }
 
 bool wgmma_supported(const MoeSpec& spec, const std::string& arch) {
-  return arch_has_wgmma(arch) && spec.quant == kQuantNone && spec.reduce == ReduceMode::Fast;
+  if (!arch_has_wgmma(arch) || spec.reduce != ReduceMode::Fast) return false;
+  if (spec.quant == kQuantNone || spec.quant == kQuantFp8Channel || spec.quant == kQuantFp8Tensor) return true;
+  // 128 x 128 blocks: each set's weight rows of a tile in one block (gate / up rows stacked, the
+  // up half starting on a block edge).
+  const bool gated = spec.fused && activation_is_gated(spec.activation);
+  return spec.quant == kQuantFp8Block && !(gated && activation_is_interleaved(spec.activation)) &&
+         (!gated || spec.intermediate % kQuantFp8BlockSize == 0);
 }
 
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab, const std::string& arch) {
@@ -132,7 +138,14 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // persistent kernel (its producer streams weights across tiles; on an H200 the tuner picked it
   // for Mixtral-8x7B M = 32 .. 128, Qwen3-30B-A3B and DeepSeek-V2-Lite M = 128 / 256, DeepSeek-V3
   // TP8 M = 64 .. 1024); beyond, 128 x 256-weight-row tiles.
-  if (rows >= kWgmmaMinRows && wgmma_supported(spec, arch)) {
+  if (quant_is_fp8(spec.quant) && rows > kBucketRows[2] && wgmma_supported(spec, arch)) {
+    // fp8 prefill: e4m3 wgmma, 128 weight rows per tile (block scales keep a k tile's sums apart).
+    c.block_m = 128;
+    c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4);
+    c.gemm2 = wgmma_tile(128, 4);
+    return c;
+  }
+  if (rows >= kWgmmaMinRows && spec.quant == kQuantNone && wgmma_supported(spec, arch)) {
     if (rows <= kBucketRows[2]) {
       c.block_m = 64;
       c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);

@@ -60,8 +60,9 @@ GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k = 0);
 bool swap_ab_supported(const MoeSpec& spec, bool gemm1);
 bool swap_ab_supported_both(const MoeSpec& spec);  // GEMM1 and GEMM2 (block_m 8 needs both)
 // A wgmma tile (GemmTile::wgmma), and whether the layer can run one on arch: sm_90a, 16-bit
-// weights, the fast reduce mode (its fp32 sums within a k tile run in another order than the
-// shared-memory kernel's, so a row's result would depend on which kernel the batch size picked).
+// weights or fp8 w8a8 (block scales: gate / up rows stacked on 128-row block edges), the fast
+// reduce mode (its fp32 sums within a k tile run in another order than the shared-memory
+// kernel's, so a row's result would depend on which kernel the batch size picked).
 GemmTile wgmma_tile(int block_n, int stages, int split_k = 0, bool persistent = false);
 bool wgmma_supported(const MoeSpec& spec, const std::string& arch);
 // Every config the heuristic returns for 1 <= num_tokens <= max_tokens (for eager compiles).

@@ -203,7 +203,7 @@ FamilyInfo moe_gemm_wgmma_family() {
       int_param("persistent", "PERSISTENT",
                 "1: persistent CTAs, a producer warpgroup feeding the ring across tiles (mbarriers); 0: a CTA per tile",
                 0, 0, 1),
-      derived_int("block_k", "", "k per tile: 64 16-bit elements (one 128-byte swizzled row)"),
+      derived_int("block_k", "", "k per tile: one 128-byte swizzled row (64 16-bit or 128 e4m3 elements)"),
       derived_int("threads", "", "threads per CTA = 128 per 64 rows (+ 128 producer threads when persistent)"),
       derived_int("smem_bytes", "", "dynamic shared memory per CTA"),
   };
@@ -214,9 +214,13 @@ FamilyInfo moe_gemm_wgmma_family() {
     check_gemm_role_activation(s, act);
     if (!arch_has_wgmma(s.arch))
       throw Error(Phase::Validate, fmt::format("moe_gemm_wgmma: wgmma needs sm_90a, not {}", s.arch));
-    if (parse_quant(s.get_string("quant")) != kQuantNone)
+    const int quant = parse_quant(s.get_string("quant"));
+    if (quant != kQuantNone && !quant_is_fp8(quant))
       throw Error(Phase::Validate,
-                  fmt::format("moe_gemm_wgmma: quant {} is not on the wgmma path (16-bit weights only)", s.get_string("quant")));
+                  fmt::format("moe_gemm_wgmma: quant {} is not on the wgmma path (16-bit or fp8 w8a8 only)",
+                              s.get_string("quant")));
+    if (quant_is_fp8(quant) && s.get_int("persistent") != 0)
+      throw Error(Phase::Validate, "moe_gemm_wgmma: fp8 runs on the plain variant only (persistent = 0)");
     if (bm != 64 && bm != 128)
       throw Error(Phase::Validate, fmt::format("moe_gemm_wgmma: block_m = {} must be 64 or 128", bm));
     const bool gated = activation_is_gated(act);
@@ -225,12 +229,19 @@ FamilyInfo moe_gemm_wgmma_family() {
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} weight rows per tile (block_n {}{}) must be 64, 128, 192 or 256", b_rows,
                               bn, gated ? ", gated" : ""));
+    // 128 x 128 block scales: each set's weight rows of a tile in one scale block (the scale is one
+    // number per set and k tile), and a second accumulator set (one k tile's sums) in registers.
+    if (quant == kQuantFp8Block && (128 % bn != 0 || b_rows > 128 || activation_is_interleaved(act)))
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: fp8_block needs block_n dividing 128, at most 128 weight rows per tile "
+                              "and gate / up rows stacked (block_n {}{}, {})",
+                              bn, gated ? " gated" : "", s.get_string("activation")));
     const std::int64_t smem = moe_wgmma_smem_bytes(int(bm), int(bn), int(stages), gated);
     if (smem + moe_gemm_static_smem_bytes(int(bm)) > kMaxSharedBytes)
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)",
                               smem + moe_gemm_static_smem_bytes(int(bm)), kMaxSharedBytes));
-    s.params["block_k"] = std::int64_t(moe_wgmma_block_k());
+    s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
     s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), s.get_int("persistent") != 0));
     s.params["smem_bytes"] = smem;
   };

@@ -171,8 +171,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                    c.describe());
     if (t.wgmma) {
       MOEJIT_REQUIRE(wgmma_supported(spec, arch),
-                     "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit weights "
-                     "and the fast reduce mode",
+                     "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit or fp8 "
+                     "weights (fp8_block: gate / up rows stacked on 128-row block edges) and the fast reduce mode",
                      c.describe(), gemm1 ? "GEMM1" : "GEMM2", arch);
       MOEJIT_REQUIRE(t.block_k == 0 && t.warps_m == 0 && t.warps_n == 0,
                      "moe: tile config {}: a wgmma tile derives block_k and its warps (0 each)", c.describe());

@@ -105,17 +105,18 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int 
   return 12 * block_m + (warps_k > 1 ? warps_k - 1 : 1) * warps_n * (block_m / 8) * 4 * 32 * 4;
 }
 
-// The sm_90a wgmma path (moe_gemm_wgmma.cuh): k tiles of 64 16-bit elements (128-byte rows, the
-// 128-byte swizzle), and its dynamic shared memory: STAGES slots of the A tile [BLOCK_M][128 B]
-// and the B tile [G * BLOCK_N][128 B], 1024 bytes to align the ring to the swizzle atoms, and the
-// persistent variant's full / empty barrier per slot.
-MOEJIT_HOST_DEVICE constexpr int moe_wgmma_block_k() { return 64; }
+// The sm_90a wgmma path (moe_gemm_wgmma.cuh): k tiles of one 128-byte row (the 128-byte swizzle:
+// 64 16-bit or 128 e4m3 elements), and its dynamic shared memory: STAGES slots of the A tile
+// [BLOCK_M][128 B] and the B tile [G * BLOCK_N][128 B], 1024 bytes to align the ring to the swizzle
+// atoms, the persistent variant's full / empty barrier per slot, and per-weight-row scales (fp8
+// per channel / tensor, up to 256 rows).
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_block_k(int quant) { return 128 / quant_activation_bytes(quant); }
 // Threads per CTA: 128 per 64 rows, plus the producer warpgroup of the persistent variant.
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent) {
   return (block_m / 64 + (persistent ? 1 : 0)) * 128;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_smem_bytes(int block_m, int block_n, int stages, bool gated) {
-  return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024 + stages * 16;
+  return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024 + stages * 16 + 256 * 4;
 }
 
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays

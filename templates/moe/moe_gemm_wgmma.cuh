@@ -41,7 +41,7 @@ __device__ inline void grouped_item(int item, int col_tiles, int row_tiles, int 
 // (tid + i * THREADS) / 8. Only the rows are kept (A: gathered row or -1; B: weight row or -1):
 // the producer warpgroup of the persistent variant runs on few registers. Zero-filled past the
 // ends: padding rows, columns past n_out, the K tail.
-template <int ROLE, int ACT, int BLOCK_M, int BLOCK_N, int THREADS>
+template <int ROLE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int THREADS>
 struct ChunkLoader {
   static constexpr int G = activation_is_gated(ACT) ? 2 : 1;
   static constexpr int A_LOADS = BLOCK_M * 8 / THREADS;
@@ -68,9 +68,10 @@ struct ChunkLoader {
   }
   // cp.async of k tile kt into the slot whose A and B tiles start at shared addresses sa, sb.
   __device__ void issue(const MoeGemmArgs& args, unsigned sa, unsigned sb, int kt) const {
+    // A k tile is one 128-byte row of 16-bit or e4m3 elements; a chunk 16 bytes of it.
     const int chunk = tid % 8;
-    const bool k_ok = kt * moe_wgmma_block_k() + chunk * 8 < args.inner;
-    const long long koff = static_cast<long long>(kt) * moe_wgmma_block_k() * 2 + chunk * 16;
+    const bool k_ok = kt * moe_wgmma_block_k(QUANT) + chunk * (16 / quant_activation_bytes(QUANT)) < args.inner;
+    const long long koff = static_cast<long long>(kt) * kRowBytes + chunk * 16;
     const unsigned char* a_base = static_cast<const unsigned char*>(args.a);
 #pragma unroll
     for (int i = 0; i < A_LOADS; ++i) {
@@ -90,23 +91,30 @@ struct ChunkLoader {
 };
 
 #if MOEJIT_HAS_WGMMA
-// d[64 x B_ROWS] += the warpgroup's 64 A rows x B rows over one k tile (4 x k16: the descriptors
-// step 32 bytes along the swizzled rows).
-template <int DTYPE, int B_ROWS>
-__device__ inline void mma_k_tile(float* d, unsigned long long desc_a, unsigned long long desc_b) {
+// d[64 x B_ROWS] (+)= the warpgroup's 64 A rows x B rows over one k tile: 4 steps of 32 bytes
+// (k16 of 16-bit, k32 of e4m3 elements; the descriptors step 32 bytes along the swizzled rows).
+// accumulate = 0: the first step overwrites d (a k tile's own sums, fp8 block scales).
+template <int DTYPE, int QUANT, int B_ROWS>
+__device__ inline void mma_k_tile(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate = 1) {
 #pragma unroll
-  for (int ks = 0; ks < moe_wgmma_block_k() / 16; ++ks) {
+  for (int ks = 0; ks < 4; ++ks) {
     const unsigned long long a = desc_a + 2 * ks, b = desc_b + 2 * ks;
-    if constexpr (DTYPE == kDTypeBF16) {
-      if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_bf16(d, a, b, 1);
-      if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_bf16(d, a, b, 1);
-      if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_bf16(d, a, b, 1);
-      if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_bf16(d, a, b, 1);
+    const int acc = ks > 0 ? 1 : accumulate;
+    if constexpr (quant_is_fp8(QUANT)) {
+      if constexpr (B_ROWS == 64) sm90::mma_m64n64k32_e4m3(d, a, b, acc);
+      if constexpr (B_ROWS == 128) sm90::mma_m64n128k32_e4m3(d, a, b, acc);
+      if constexpr (B_ROWS == 192) sm90::mma_m64n192k32_e4m3(d, a, b, acc);
+      if constexpr (B_ROWS == 256) sm90::mma_m64n256k32_e4m3(d, a, b, acc);
+    } else if constexpr (DTYPE == kDTypeBF16) {
+      if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_bf16(d, a, b, acc);
+      if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_bf16(d, a, b, acc);
+      if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_bf16(d, a, b, acc);
+      if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_bf16(d, a, b, acc);
     } else {
-      if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_f16(d, a, b, 1);
-      if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_f16(d, a, b, 1);
-      if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_f16(d, a, b, 1);
-      if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_f16(d, a, b, 1);
+      if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_f16(d, a, b, acc);
+      if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_f16(d, a, b, acc);
+      if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_f16(d, a, b, acc);
+      if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_f16(d, a, b, acc);
     }
   }
 }
@@ -146,15 +154,33 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   const int expert = args.tile_expert[tile];
   const int row0 = tile * BLOCK_M;
   moe_tile::stage_rows<ROLE, BLOCK_M, THREADS>(args, row0, s_slot, s_arow, s_weight);
-  ChunkLoader<ROLE, ACT, BLOCK_M, BLOCK_N, THREADS> loader;
+  ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, THREADS> loader;
   loader.init(args, row0, n0, expert, tid);
   const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
   auto load_stage = [&](int slot, int kt) {
     loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt);
   };
+  // fp8 per channel / tensor: the weight scale of each B row, read by the epilogue (after the ring
+  // and the persistent variant's barriers; the main loop's barriers publish it).
+  constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
+  constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
+  float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
+  const float* b_scale = static_cast<const float*>(args.b_scale);
+  if constexpr (EPILOGUE_SCALED) {
+    static_assert(T::B_ROWS <= 256, "moe_wgmma_smem_bytes reserves 256 column scales");
+    for (int r = tid; r < T::B_ROWS; r += THREADS) {
+      const int wrow = moe_tile::weight_row<ACT>(args, n0 + r % BLOCK_N, T::G == 2 ? r / BLOCK_N : 0);
+      s_col_scale[r] = wrow < 0 ? 0.f
+                                : b_scale[expert * args.b_scale_expert_stride + (wrow >> args.b_scale_row_shift) *
+                                                                                    args.b_scale_row_stride];
+    }
+  }
 
   float acc[T::G][1][T::NI][4];  // wgmma m64 n(B_ROWS) accumulators: set s, chunk ni = wgmma chunk s * NI + ni
   float* d = &acc[0][0][0][0];
+  // fp8 128 x 128 blocks: one k tile's sums, added into acc times a_scale(row, k tile) x
+  // b_scale(set's weight-row block, k tile) (the host keeps each set's rows in one block).
+  float part[BLOCK_SCALED ? T::G * T::NI * 4 : 1];
 #pragma unroll
   for (int e = 0; e < T::G * T::NI * 4; ++e) d[e] = 0.f;
 #pragma unroll
@@ -163,18 +189,43 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
     sm80::cp_async_commit();
   }
   for (int i = 0; i < local_tiles; ++i) {
+    float a_sc[2] = {0.f, 0.f}, b_sc[T::G];
+    if constexpr (BLOCK_SCALED) {  // fetched before the wait: their latency overlaps it
+      const int kt = kt_begin + i;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int arow = s_arow[wg * 64 + (warp % 4) * 16 + (lane >> 2) + 8 * h];
+        a_sc[h] = arow < 0 ? 0.f : __ldg(args.a_scale + arow * args.a_scale_ld + kt);
+      }
+#pragma unroll
+      for (int g = 0; g < T::G; ++g) {
+        const int wrow = moe_tile::weight_row<ACT>(args, n0, g);
+        b_sc[g] = __ldg(b_scale + expert * args.b_scale_expert_stride + (wrow >> 7) * args.b_scale_row_stride + kt);
+      }
+    }
     sm80::cp_async_wait<STAGES - 3>();
     sm90::fence_proxy_async();  // this thread's cp.async writes -> the async proxy
     __syncthreads();            // tile i landed for all; tile i - 2's wgmmas are done in every warpgroup
     const int slot = i % STAGES;
     sm90::fence();
-    mma_k_tile<DTYPE, T::B_ROWS>(d, sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
-                                 sm90::sw128_desc(smem_b + slot * T::B_STAGE));
+    mma_k_tile<DTYPE, QUANT, T::B_ROWS>(BLOCK_SCALED ? part : d,
+                                        sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
+                                        sm90::sw128_desc(smem_b + slot * T::B_STAGE), BLOCK_SCALED ? 0 : 1);
     sm90::commit();
     const int next = i + STAGES - 2;
     if (next < local_tiles) load_stage(next % STAGES, kt_begin + next);
     sm80::cp_async_commit();
-    sm90::wait<1>();
+    if constexpr (BLOCK_SCALED) {
+      sm90::wait<0>();
+#pragma unroll
+      for (int e = 0; e < T::G * T::NI * 4; ++e) {
+        sm90::fence_operand(part[e]);
+        // e = (set * NI + chunk) * 4 + j: j / 2 picks the row (lane / 4 or + 8)
+        d[e] += part[e] * (a_sc[(e >> 1) & 1] * b_sc[e / (T::NI * 4)]);
+      }
+    } else {
+      sm90::wait<1>();
+    }
   }
   sm90::wait<0>();
 #pragma unroll
@@ -198,7 +249,7 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   };
   // Warp w of warpgroup wg holds rows 64 wg + 16 (w % 4) .. +16 of the tile, every column.
   moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (warp % 4) * 16, 0, lane, n0, expert,
-                                                                s_slot, s_arow, s_weight, nullptr, stage);
+                                                                s_slot, s_arow, s_weight, s_col_scale, stage);
   sm90::fence_proxy_async();  // the staged tile -> the copy engine
   __syncthreads();
   static_assert(THREADS >= BLOCK_M, "a thread per tile row");
@@ -246,7 +297,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     // Registers: the producer keeps 24 rows and their addresses (136), the consumers 128
     // accumulators and the epilogue (176); 128 x 136 + 256 x 176 <= 64 K.
     if constexpr (CONSUMERS == 256) sm90::setmaxnreg_dec<136>();
-    ChunkLoader<ROLE, ACT, BLOCK_M, BLOCK_N, 128> loader;
+    ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128> loader;
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       int tile, n0;
@@ -286,7 +337,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         sm90::mbar_wait(full0 + slot * 8, (it / STAGES) & 1);
         sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
         sm90::fence();
-        mma_k_tile<DTYPE, T::B_ROWS>(d, sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
+        mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
                                      sm90::sw128_desc(smem_b + slot * T::B_STAGE));
         sm90::commit();
         sm90::wait<1>();
@@ -308,12 +359,16 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
 }  // namespace moe_wgmma_detail
 
 // Plain tiles of 128 weight rows and fewer (64 accumulators per thread) keep registers for two
-// CTAs per SM, whose barriers and epilogues then overlap each other's main loops.
+// CTAs per SM, whose barriers and epilogues then overlap each other's main loops (not with fp8
+// block scales: their second accumulator set needs the registers).
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_min_ctas(int act, int quant, int block_n, bool persistent) {
+  return !persistent && quant != kQuantFp8Block && (activation_is_gated(act) ? 2 : 1) * block_n <= 128 ? 2 : 1;
+}
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, int PERSISTENT>
 __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT),
-                                  !PERSISTENT && (activation_is_gated(ACT) ? 2 : 1) * BLOCK_N <= 128 ? 2 : 1)
+                                  moe_wgmma_min_ctas(ACT, QUANT, BLOCK_N, PERSISTENT))
     moe_gemm_wgmma_kernel(const MoeGemmArgs args) {
-  static_assert(QUANT == kQuantNone, "the wgmma path takes 16-bit weights");
+  static_assert(QUANT == kQuantNone || (quant_is_fp8(QUANT) && !PERSISTENT), "16-bit weights, or fp8 w8a8 on the plain variant");
   static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
 #if MOEJIT_HAS_WGMMA
   using T = moe_wgmma_detail::Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
@@ -329,7 +384,7 @@ __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT),
   __shared__ float s_weight[BLOCK_M];
   static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) <= moe_gemm_static_smem_bytes(BLOCK_M),
                 "the host sizes shared memory with moe_gemm_static_smem_bytes");
-  const int k_tiles = (args.inner + moe_wgmma_block_k() - 1) / moe_wgmma_block_k();
+  const int k_tiles = (args.inner + moe_wgmma_block_k(QUANT) - 1) / moe_wgmma_block_k(QUANT);
   const int per_split = args.k_tiles_per_split > 0 ? args.k_tiles_per_split : k_tiles;
   const int kt_begin = blockIdx.z * per_split;
   const int local_tiles = min(k_tiles, kt_begin + per_split) - kt_begin;

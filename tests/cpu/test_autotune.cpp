@@ -209,7 +209,7 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   };
   refused(q, prefill, "sm_90", "needs sm_90a");
   refused(q, prefill, "sm_100a", "needs sm_90a");
-  refused(int8, prefill, "sm_90a", "16-bit weights");
+  refused(int8, prefill, "sm_90a", "16-bit or fp8");
   refused(det, prefill, "sm_90a", "fast reduce mode");
   MoeTileConfig odd = prefill;
   odd.block_m = 32;
