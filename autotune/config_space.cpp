@@ -57,8 +57,7 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, con
 bool config_fits(const MoeSpec& spec, const MoeTileConfig& config, const DeviceLimits& limits, std::string* why) {
   try {
     for (const auto& s : moe_expert_kernel_specs(spec, config, limits.arch))
-      if ((s.family == "moe_gemm" || s.family == "moe_gemm_wgmma") &&
-          s.get_int("smem_bytes") + moe_gemm_static_smem_bytes(config.block_m) > limits.max_shared_optin) {
+      if (moe_gemm_shared_bytes(s, config.block_m) > limits.max_shared_optin) {
         if (why) *why = "shared memory over the device limit";
         return false;
       }

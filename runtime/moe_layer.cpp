@@ -136,10 +136,9 @@ void MoeLayer::load_tuned() {
   for (const auto& e : runtime_.tuned_entries(tuned_shape_key(spec_))) {
     try {
       for (const auto& s : moe_expert_kernel_specs(spec_, e.config, arch))
-        MOEJIT_REQUIRE(
-            s.family == "moe_gemm_swap_ab" || s.family.rfind("moe_gemm", 0) != 0 ||
-                s.get_int("smem_bytes") + moe_gemm_static_smem_bytes(e.config.block_m) <= smem_limit,
-            "needs {} bytes of shared memory, the device allows {}", s.get_int("smem_bytes"), smem_limit);
+        MOEJIT_REQUIRE(moe_gemm_shared_bytes(s, e.config.block_m) <= smem_limit,
+                       "needs {} bytes of shared memory, the device allows {}", moe_gemm_shared_bytes(s, e.config.block_m),
+                       smem_limit);
       usable.push_back(e);
     } catch (const Error& err) {
       log(LogLevel::Warn, "moe: tuned config {} for M={} is not usable here ({}); using the heuristic there",
@@ -149,6 +148,11 @@ void MoeLayer::load_tuned() {
   std::lock_guard<std::mutex> lock(tuned_mutex_);
   tuned_ = std::move(usable);
   tuned_loaded_ = true;
+}
+
+long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m) {
+  if (gemm.family.rfind("moe_gemm", 0) != 0) return 0;
+  return gemm.get_int("smem_bytes") + moe_gemm_static_smem_bytes(block_m);
 }
 
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch) {

@@ -89,6 +89,9 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
 // The kernels of one forward with tile config `config` (expert stages only).
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& config,
                                                 const std::string& arch);
+// Shared memory one CTA of an expert GEMM spec takes (dynamic + the static row arrays of a
+// block_m-row tile); 0 for the other families.
+long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m);
 
 class MoeLayer {
  public:
