@@ -134,10 +134,6 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);
     return c;
   }
-  // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to 64 rows, 64-row tiles of the
-  // persistent kernel (its producer streams weights across tiles; on an H200 the tuner picked it
-  // for Mixtral-8x7B M = 32 .. 128, Qwen3-30B-A3B and DeepSeek-V2-Lite M = 128 / 256, DeepSeek-V3
-  // TP8 M = 64 .. 1024); beyond, 128 x 256-weight-row tiles.
   if (quant_is_fp8(spec.quant) && rows > kBucketRows[2] && wgmma_supported(spec, arch)) {
     // fp8 prefill: e4m3 wgmma, 128 weight rows per tile (block scales keep a k tile's sums apart).
     c.block_m = 128;
@@ -145,6 +141,10 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     c.gemm2 = wgmma_tile(128, 4);
     return c;
   }
+  // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to 64 rows, 64-row tiles of the
+  // persistent kernel (its producer streams weights across tiles; on an H200 the tuner picked it
+  // for Mixtral-8x7B M = 32 .. 128, Qwen3-30B-A3B and DeepSeek-V2-Lite M = 128 / 256, DeepSeek-V3
+  // TP8 M = 64 .. 1024); beyond, 128 x 256-weight-row tiles.
   if (rows >= kWgmmaMinRows && spec.quant == kQuantNone && wgmma_supported(spec, arch)) {
     if (rows <= kBucketRows[2]) {
       c.block_m = 64;
