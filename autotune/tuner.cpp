@@ -194,7 +194,8 @@ std::vector<TuneResult> MoeTuner::run() {
   MOEJIT_CHECK_CU(api, Launch, cuStreamSynchronize(b.stream));
   bandwidth_ = measure_copy_bandwidth(api);
   std::string why;
-  gemm_rate_ = measure_gemm_rate(api, filler, &why);
+  // w8a8 layers run on the fp8 tensor cores: their math floor is the fp8 rate.
+  gemm_rate_ = quant_is_fp8(spec_.quant) ? measure_fp8_gemm_rate(api, &why) : measure_gemm_rate(api, filler, &why);
   if (gemm_rate_ == 0) log(LogLevel::Info, "tune: floors use bandwidth only ({})", why);
 
   // A rough count of the candidates for the progress estimate.

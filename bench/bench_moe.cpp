@@ -3,8 +3,9 @@
 // sets, so consecutive forwards touch different experts (weights are not served from L2).
 // Floor = max(touched-expert weight bytes + activations / copy bandwidth, flops / dense GEMM rate),
 // with the touched experts counted from the device's own routing of each logit set. Quantized
-// weights count as stored (codes + scales + zero points); their math floor still uses the dense bf16
-// rate (no fp8 GEMM rate is measured yet).
+// weights count as stored (codes + scales + zero points); the math floor of w8a8 (fp8) layers uses
+// the dense fp8 GEMM rate, every other layer's the dense bf16 rate (weight-only formats multiply
+// in bf16).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -100,7 +101,9 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       const double bytes = weight_bytes + 2.0 * m * K * 2 + 2.0 * m * E;
       const double flops = 2.0 * m * s.top_k * double(R * K + K * N);
       const double mem_us = bytes / ctx.bandwidth * 1e6;
-      const double math_us = ctx.gemm_rate > 0 ? flops / ctx.gemm_rate * 1e6 : 0.0;
+      // w8a8 layers multiply on the fp8 tensor cores: their math floor is the fp8 rate.
+      const double rate = quant_is_fp8(s.quant) ? ctx.fp8_gemm_rate : ctx.gemm_rate;
+      const double math_us = rate > 0 ? flops / rate * 1e6 : 0.0;
       const double floor_us = std::max(mem_us, math_us);
       fmt::print("{:<18} {:>4} {:>5} {:>6} {:>6} {:>10.2f} {:>10.2f} {:>6.1f}% {:>5}  {}\n", shape.name, E, s.top_k, K, m,
                  us, floor_us, 100.0 * floor_us / us, mem_us >= math_us ? "mem" : "math",

@@ -24,7 +24,8 @@ struct Context {
   CUstream stream = nullptr;
   DeviceFiller* filler = nullptr;
   double bandwidth = 0;  // bytes/s, copy (read + write)
-  double gemm_rate = 0;  // flop/s, dense bf16; 0 = not measured
+  double gemm_rate = 0;      // flop/s, dense bf16; 0 = not measured
+  double fp8_gemm_rate = 0;  // flop/s, dense fp8 e4m3 (the math ceiling of w8a8 layers); 0 = not measured
   std::vector<int> token_counts;
   int reps = 20;
   // --swap-ab WNxWKxS: decode batches (<= 32 rows per expert) run both GEMMs on these swap-AB tiles

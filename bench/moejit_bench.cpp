@@ -6,10 +6,11 @@
 //                [--only routing|moe] [--quant FORMAT] [--shapes name,name] [--swap-ab WNxWKxS]
 //
 // Floors: bytes / device-to-device copy bandwidth, and flops / dense bf16 GEMM rate (cuBLAS, when
-// present); efficiency = floor / time. Times are medians over replays of a CUDA graph holding several
+// present; for fp8 w8a8 layers the dense fp8 rate of cuBLASLt); efficiency = floor / time. Times are medians over replays of a CUDA graph holding several
 // back-to-back forwards, divided by their count.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "bench/bench_sections.h"
@@ -131,16 +132,24 @@ int main(int argc, char** argv) {
     ctx.bandwidth = measure_copy_bandwidth(api);
     std::string gemm_why;
     ctx.gemm_rate = measure_gemm_rate(api, filler, &gemm_why);
-    fmt::print("device: {} ({} SMs, {})  copy bandwidth (read+write): {:.0f} GB/s  dense bf16 GEMM (cuBLAS 8192^3): {}\n\n",
-               info.name, info.sm_count, info.arch(), ctx.bandwidth / 1e9,
-               ctx.gemm_rate > 0 ? fmt::format("{:.0f} TFLOP/s", ctx.gemm_rate / 1e12) : "n/a (" + gemm_why + ")");
+    std::string fp8_why;
+    const bool any_fp8 = std::any_of(shapes.begin(), shapes.end(), [](const BenchShape& sh) { return quant_is_fp8(sh.spec.quant); });
+    if (any_fp8) ctx.fp8_gemm_rate = measure_fp8_gemm_rate(api, &fp8_why);
+    auto rate_text = [](double rate, const std::string& why) {
+      return rate > 0 ? fmt::format("{:.0f} TFLOP/s", rate / 1e12) : "n/a (" + why + ")";
+    };
+    fmt::print("device: {} ({} SMs, {})  copy bandwidth (read+write): {:.0f} GB/s  dense bf16 GEMM (cuBLAS 8192^3): {}{}\n\n",
+               info.name, info.sm_count, info.arch(), ctx.bandwidth / 1e9, rate_text(ctx.gemm_rate, gemm_why),
+               any_fp8 ? "  dense fp8 GEMM (cuBLASLt 8192^3, fast accumulation): " + rate_text(ctx.fp8_gemm_rate, fp8_why)
+                       : std::string());
     nlohmann::json results = nlohmann::json::array();
     if (only.empty() || only == "routing") bench_routing(rt, ctx, shapes, results);
     if (only.empty() || only == "moe") bench_moe(rt, ctx, shapes, results);
     if (!json_path.empty()) {
       nlohmann::json doc = {{"device", info.name},         {"sm_count", info.sm_count},
                             {"arch", info.arch()},         {"copy_bandwidth_GBps", ctx.bandwidth / 1e9},
-                            {"gemm_TFLOPs", ctx.gemm_rate / 1e12}, {"results", results}};
+                            {"gemm_TFLOPs", ctx.gemm_rate / 1e12}, {"fp8_gemm_TFLOPs", ctx.fp8_gemm_rate / 1e12},
+                            {"results", results}};
       write_file_synced(json_path, doc.dump(2));
       fmt::print("\nwrote {}\n", json_path);
     }

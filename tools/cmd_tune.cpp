@@ -115,8 +115,8 @@ int cmd_tune(const std::vector<std::string>& argv) {
   const std::filesystem::path out = args.has("out") ? std::filesystem::path(args.get("out")) : rt.user_db_path();
   if (out.empty()) throw Error(Phase::Tune, "no DB path: give --out (the disk cache is off and MOEJIT_TUNED_DB unset)");
   tuner.to_db(results).merge_into(out);
-  fmt::print("\ntuned {} batch sizes in {:.1f} s (compilation included); copy {:.0f} GB/s, GEMM {}; wrote {}\n",
-             results.size(), seconds, tuner.bandwidth() / 1e9,
+  fmt::print("\ntuned {} batch sizes in {:.1f} s (compilation included); copy {:.0f} GB/s, {} GEMM {}; wrote {}\n",
+             results.size(), seconds, tuner.bandwidth() / 1e9, quant_is_fp8(spec.quant) ? "fp8" : "bf16",
              tuner.gemm_rate() > 0 ? fmt::format("{:.0f} TFLOP/s", tuner.gemm_rate() / 1e12) : "n/a", out.string());
   return kExitOk;
 }
