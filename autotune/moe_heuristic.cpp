@@ -135,10 +135,12 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     return c;
   }
   if (quant_is_fp8(spec.quant) && rows > kBucketRows[2] && wgmma_supported(spec, arch)) {
-    // fp8 prefill: e4m3 wgmma, 128 weight rows per tile (block scales keep a k tile's sums apart).
+    // fp8 prefill: e4m3 wgmma, 128 weight rows per tile (block scales keep a k tile's sums apart),
+    // persistent (while one consumer warpgroup scales a k tile's sums the other multiplies; on an
+    // H200 the tuner picked these for DeepSeek-V3 TP8 fp8_block M = 2048 .. 8192).
     c.block_m = 128;
-    c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4);
-    c.gemm2 = wgmma_tile(128, 4);
+    c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 6, 0, true);
+    c.gemm2 = wgmma_tile(128, 3, 0, true);
     return c;
   }
   // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to 64 rows, 64-row tiles of the

@@ -219,8 +219,6 @@ FamilyInfo moe_gemm_wgmma_family() {
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: quant {} is not on the wgmma path (16-bit or fp8 w8a8 only)",
                               s.get_string("quant")));
-    if (quant_is_fp8(quant) && s.get_int("persistent") != 0)
-      throw Error(Phase::Validate, "moe_gemm_wgmma: fp8 runs on the plain variant only (persistent = 0)");
     if (bm != 64 && bm != 128)
       throw Error(Phase::Validate, fmt::format("moe_gemm_wgmma: block_m = {} must be 64 or 128", bm));
     const bool gated = activation_is_gated(act);

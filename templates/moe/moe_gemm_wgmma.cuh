@@ -118,7 +118,51 @@ __device__ inline void mma_k_tile(float* d, unsigned long long desc_a, unsigned 
     }
   }
 }
+
+// fp8 128 x 128 blocks: the scales of k tile kt for the two accumulator rows a lane holds (rows
+// `row` and `row` + 8 of the tile) and for each set's weight-row block (the host keeps each set's
+// rows of a tile in one block).
+template <int ACT, int G>
+__device__ inline void block_scales(const MoeGemmArgs& args, const int* s_arow, int row, int n0, int expert, int kt,
+                                    float (&a_sc)[2], float (&b_sc)[G]) {
+  const float* b_scale = static_cast<const float*>(args.b_scale);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int arow = s_arow[row + 8 * h];
+    a_sc[h] = arow < 0 ? 0.f : __ldg(args.a_scale + arow * args.a_scale_ld + kt);
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int wrow = moe_tile::weight_row<ACT>(args, n0, g);
+    b_sc[g] = __ldg(b_scale + expert * args.b_scale_expert_stride + (wrow >> 7) * args.b_scale_row_stride + kt);
+  }
+}
+// d += one k tile's sums (part, waited for) x a_scale(row) x b_scale(set).
+template <int G, int NI>
+__device__ inline void promote_block(float* d, float* part, const float (&a_sc)[2], const float (&b_sc)[G]) {
+#pragma unroll
+  for (int e = 0; e < G * NI * 4; ++e) {
+    sm90::fence_operand(part[e]);
+    // e = (set * NI + chunk) * 4 + j: j / 2 picks the row (lane / 4 or + 8)
+    d[e] += part[e] * (a_sc[(e >> 1) & 1] * b_sc[e / (NI * 4)]);
+  }
+}
 #endif
+
+// fp8 per channel / tensor: the weight scale of each of the tile's B rows (gate rows, then up
+// rows), read by the epilogue.
+template <int ACT, int BLOCK_N, int B_ROWS>
+__device__ inline void column_scales(const MoeGemmArgs& args, int n0, int expert, int tid, int threads,
+                                     float* s_col_scale) {
+  static_assert(B_ROWS <= 256, "moe_wgmma_smem_bytes reserves 256 column scales");
+  const float* b_scale = static_cast<const float*>(args.b_scale);
+  for (int r = tid; r < B_ROWS; r += threads) {
+    const int wrow = moe_tile::weight_row<ACT>(args, n0 + r % BLOCK_N, B_ROWS > BLOCK_N ? r / BLOCK_N : 0);
+    s_col_scale[r] = wrow < 0 ? 0.f
+                              : b_scale[expert * args.b_scale_expert_stride +
+                                        (wrow >> args.b_scale_row_shift) * args.b_scale_row_stride];
+  }
+}
 
 }  // namespace moe_wgmma_detail
 
@@ -165,16 +209,7 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
   constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
   float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
-  const float* b_scale = static_cast<const float*>(args.b_scale);
-  if constexpr (EPILOGUE_SCALED) {
-    static_assert(T::B_ROWS <= 256, "moe_wgmma_smem_bytes reserves 256 column scales");
-    for (int r = tid; r < T::B_ROWS; r += THREADS) {
-      const int wrow = moe_tile::weight_row<ACT>(args, n0 + r % BLOCK_N, T::G == 2 ? r / BLOCK_N : 0);
-      s_col_scale[r] = wrow < 0 ? 0.f
-                                : b_scale[expert * args.b_scale_expert_stride + (wrow >> args.b_scale_row_shift) *
-                                                                                    args.b_scale_row_stride];
-    }
-  }
+  if constexpr (EPILOGUE_SCALED) column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, tid, THREADS, s_col_scale);
 
   float acc[T::G][1][T::NI][4];  // wgmma m64 n(B_ROWS) accumulators: set s, chunk ni = wgmma chunk s * NI + ni
   float* d = &acc[0][0][0][0];
@@ -190,19 +225,8 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   }
   for (int i = 0; i < local_tiles; ++i) {
     float a_sc[2] = {0.f, 0.f}, b_sc[T::G];
-    if constexpr (BLOCK_SCALED) {  // fetched before the wait: their latency overlaps it
-      const int kt = kt_begin + i;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int arow = s_arow[wg * 64 + (warp % 4) * 16 + (lane >> 2) + 8 * h];
-        a_sc[h] = arow < 0 ? 0.f : __ldg(args.a_scale + arow * args.a_scale_ld + kt);
-      }
-#pragma unroll
-      for (int g = 0; g < T::G; ++g) {
-        const int wrow = moe_tile::weight_row<ACT>(args, n0, g);
-        b_sc[g] = __ldg(b_scale + expert * args.b_scale_expert_stride + (wrow >> 7) * args.b_scale_row_stride + kt);
-      }
-    }
+    if constexpr (BLOCK_SCALED)  // fetched before the wait: their latency overlaps it
+      block_scales<ACT, T::G>(args, s_arow, wg * 64 + (warp % 4) * 16 + (lane >> 2), n0, expert, kt_begin + i, a_sc, b_sc);
     sm80::cp_async_wait<STAGES - 3>();
     sm90::fence_proxy_async();  // this thread's cp.async writes -> the async proxy
     __syncthreads();            // tile i landed for all; tile i - 2's wgmmas are done in every warpgroup
@@ -217,12 +241,7 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
     sm80::cp_async_commit();
     if constexpr (BLOCK_SCALED) {
       sm90::wait<0>();
-#pragma unroll
-      for (int e = 0; e < T::G * T::NI * 4; ++e) {
-        sm90::fence_operand(part[e]);
-        // e = (set * NI + chunk) * 4 + j: j / 2 picks the row (lane / 4 or + 8)
-        d[e] += part[e] * (a_sc[(e >> 1) & 1] * b_sc[e / (T::NI * 4)]);
-      }
+      promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
     } else {
       sm90::wait<1>();
     }
@@ -280,6 +299,19 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
                                         int* s_slot, int* s_arow, float* s_weight, unsigned long long* bars) {
   using T = Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
   constexpr int CONSUMERS = T::CONSUMER_THREADS;
+  constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
+  constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
+  // Registers after setmaxnreg (two consumer warpgroups): the producer keeps its rows and their
+  // addresses (24 at most: 136; fp8 block tiles, <= 128 weight rows: 16, 96), the consumers the
+  // accumulators and the epilogue (176; fp8 block: a second accumulator set, 200). The CTA starts
+  // with LAUNCH_REGS per thread (launch bounds: 384 threads, one CTA per SM); a consumer's
+  // setmaxnreg.inc waits until the producer's .dec has returned enough of them, so what the
+  // consumers gain must not exceed what the producer gives back (else it waits forever).
+  constexpr int PRODUCER_REGS = BLOCK_SCALED ? 96 : 136, CONSUMER_REGS = BLOCK_SCALED ? 200 : 176;
+  constexpr int LAUNCH_REGS = 65536 / 384 / 8 * 8;
+  static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
+                "the consumers' registers come from the producer's");
+  static_assert(!BLOCK_SCALED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
   const int tid = threadIdx.x;
   const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
   const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
@@ -294,9 +326,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   const int col_tiles = (args.n_out + BLOCK_N - 1) / BLOCK_N, row_tiles = args.totals[2];
   const int items = col_tiles * row_tiles;
   if (tid < 128) {  // producer warpgroup
-    // Registers: the producer keeps 24 rows and their addresses (136), the consumers 128
-    // accumulators and the epilogue (176); 128 x 136 + 256 x 176 <= 64 K.
-    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_dec<136>();
+    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_dec<PRODUCER_REGS>();
     ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128> loader;
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
@@ -312,10 +342,12 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     }
     sm80::cp_async_wait<0>();
   } else {  // consumer warpgroups
-    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_inc<176>();
+    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_inc<CONSUMER_REGS>();
     const int ctid = tid - 128, lane = tid & 31, cwarp = ctid >> 5, wg = cwarp / 4;
     float acc[T::G][1][T::NI][4];
     float* d = &acc[0][0][0][0];
+    float part[BLOCK_SCALED ? T::G * T::NI * 4 : 1];  // fp8 block scales: one k tile's sums
+    float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
     int it = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       int tile, n0;
@@ -328,28 +360,44 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         s_arow[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + i);
         s_weight[i] = (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
       }
+      if constexpr (EPILOGUE_SCALED) column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, ctid, CONSUMERS, s_col_scale);
       sm90::named_barrier(1, CONSUMERS);
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) d[e] = 0.f;
       int held = -1;  // the slot whose wgmma may still run
       for (int i = 0; i < local_tiles; ++i, ++it) {
         const int slot = it % STAGES;
+        float a_sc[2], b_sc[T::G];
+        if constexpr (BLOCK_SCALED)  // fetched before the wait: their latency overlaps it
+          block_scales<ACT, T::G>(args, s_arow, wg * 64 + (cwarp % 4) * 16 + (lane >> 2), n0, expert, kt_begin + i,
+                                  a_sc, b_sc);
         sm90::mbar_wait(full0 + slot * 8, (it / STAGES) & 1);
         sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
         sm90::fence();
-        mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
-                                     sm90::sw128_desc(smem_b + slot * T::B_STAGE));
-        sm90::commit();
-        sm90::wait<1>();
-        if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
-        held = slot;
+        const unsigned long long desc_a = sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes);
+        const unsigned long long desc_b = sm90::sw128_desc(smem_b + slot * T::B_STAGE);
+        if constexpr (BLOCK_SCALED) {
+          // The sums of each k tile are scaled before they join d: wait for this one, free its slot,
+          // promote. The other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile.
+          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(part, desc_a, desc_b, 0);
+          sm90::commit();
+          sm90::wait<0>();
+          sm90::mbar_arrive(empty0 + slot * 8);
+          promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
+        } else {
+          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, desc_b);
+          sm90::commit();
+          sm90::wait<1>();
+          if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
+          held = slot;
+        }
       }
       sm90::wait<0>();
       if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
       moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
-                                                                    expert, s_slot, s_arow, s_weight, nullptr,
+                                                                    expert, s_slot, s_arow, s_weight, s_col_scale,
                                                                     moe_store::DirectSink<ROLE, DTYPE>{args, row0});
     }
   }
@@ -368,7 +416,7 @@ template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int
 __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT),
                                   moe_wgmma_min_ctas(ACT, QUANT, BLOCK_N, PERSISTENT))
     moe_gemm_wgmma_kernel(const MoeGemmArgs args) {
-  static_assert(QUANT == kQuantNone || (quant_is_fp8(QUANT) && !PERSISTENT), "16-bit weights, or fp8 w8a8 on the plain variant");
+  static_assert(QUANT == kQuantNone || quant_is_fp8(QUANT), "16-bit weights or fp8 w8a8");
   static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
 #if MOEJIT_HAS_WGMMA
   using T = moe_wgmma_detail::Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;

@@ -182,6 +182,15 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   MoeSpec int8 = q;
   int8.quant = kQuantInt8Channel;
   CHECK_FALSE(heuristic_tile_config(int8, 8192, true, "sm_90a").gemm1.wgmma);
+  // fp8 w8a8 prefill: persistent wgmma tiles (either variant in the tuner's space).
+  MoeSpec f8 = q;
+  f8.quant = kQuantFp8Channel;
+  const MoeTileConfig f8_prefill = heuristic_tile_config(f8, 8192, true, "sm_90a");
+  CHECK((f8_prefill.gemm1.wgmma && f8_prefill.gemm1.persistent && f8_prefill.gemm2.persistent));
+  CHECK_NOTHROW(moe_expert_kernel_specs(f8, f8_prefill, "sm_90a"));
+  int f8_persistent = 0;
+  for (const auto& t : candidate_tiles(f8, 128, true, {227 * 1024, "sm_90a"})) f8_persistent += t.wgmma && t.persistent;
+  CHECK(f8_persistent >= 3);
   // Candidates: plain and persistent wgmma tiles at 64 rows and more on sm_90a; 64-row tiles at
   // every batch size there.
   int plain = 0, persistent = 0;

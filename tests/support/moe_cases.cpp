@@ -314,8 +314,8 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
         out.push_back({spec, c, {40, 300}});
       }
   }
-  // fp8 w8a8 (e4m3 wgmma, plain variant): 128 x 128 blocks with a K tail (gate / up stacked on
-  // block edges), per channel with interleaved gate / up, per tensor.
+  // fp8 w8a8 (e4m3 wgmma, plain and persistent variants): 128 x 128 blocks with a K tail (gate / up
+  // stacked on block edges), per channel with interleaved gate / up, per tensor.
   std::vector<MoeSpec> fp8;
   s = small_layer(8, 2, 400, 256, kActSiluMul, kDTypeBF16, kQuantFp8Block);
   s.has_bias = true;
@@ -326,11 +326,17 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
     const int g1 = activation_is_gated(spec.activation) ? 2 : 1;
     const bool wide = spec.quant != kQuantFp8Block;  // block scales: at most 128 weight rows per tile
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 2; ++variant) {
+      for (int variant = 0; variant < 4; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
-        c.gemm1 = variant == 0 ? wgmma_tile(128 / g1, 4) : wgmma_tile((wide ? 256 : 64) / g1, 3);
-        c.gemm2 = variant == 0 ? wgmma_tile(128, 3) : wgmma_tile(wide ? 256 : 64, wide ? 3 : 5, 2);
+        const bool persistent = variant >= 2;
+        if (variant % 2 == 0) {
+          c.gemm1 = wgmma_tile(128 / g1, 4, 0, persistent);
+          c.gemm2 = wgmma_tile(128, 3, 0, persistent);
+        } else {
+          c.gemm1 = wgmma_tile((wide ? 256 : 64) / g1, persistent ? 4 : 3, 0, persistent);
+          c.gemm2 = wgmma_tile(wide ? 256 : 64, wide ? 3 : 5, 2, persistent);
+        }
         out.push_back({spec, c, {40, 300}});
       }
   }

@@ -43,7 +43,7 @@ std::vector<MoeKernelCase> moe_swap_ab_cases();
 // The sm_90a wgmma kernel (fast mode, 16-bit weights) on small layers: both dtypes, gated stacked
 // / interleaved / single-input activations, biases, unfused, router weight on input with top_k 1,
 // K / N tails; block_m 64 and 128, wgmma N 128 / 192 / 256, ring depths 3..6, GEMM2 split across
-// CTAs, plain and persistent; fp8 w8a8 with block / channel / tensor scales on the plain variant.
+// CTAs, plain and persistent; fp8 w8a8 with block / channel / tensor scales on both variants.
 // Tokens 40 and 300 (several row tiles per expert).
 std::vector<MoeKernelCase> moe_wgmma_cases();
 
