@@ -31,7 +31,8 @@ struct ParamDesc {
 struct EntryPoint {
   std::string name;                        // short name used by the host: "count"
   std::string kernel;                      // qualified function template: moejit::routing_count_kernel
-  std::string args_type;                   // its single by-value argument: moejit::RoutingSortArgs
+  std::string args_type;                   // its single by-value argument: moejit::RoutingSortArgs (with
+                                           // qualifiers as the template declares them)
 };
 
 struct FamilyInfo {

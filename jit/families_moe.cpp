@@ -205,9 +205,13 @@ FamilyInfo moe_gemm_wgmma_family() {
                 0, 0, 1),
       derived_int("block_k", "", "k per tile: one 128-byte swizzled row (64 16-bit or 128 e4m3 elements)"),
       derived_int("threads", "", "threads per CTA = 128 per 64 rows (+ 128 producer threads when persistent)"),
+      derived_int("b_tma", "",
+                  "1: weight tiles by bulk tensor copies (persistent, gate / up not interleaved; the host passes "
+                  "a tensor map in MoeGemmArgs::b_tensor_map)"),
       derived_int("smem_bytes", "", "dynamic shared memory per CTA"),
   };
-  f.entries = {{"gemm", "moejit::moe_gemm_wgmma_kernel", "moejit::MoeGemmArgs"}};
+  // __grid_constant__: the copy engine reads the weights' tensor map in the parameter itself.
+  f.entries = {{"gemm", "moejit::moe_gemm_wgmma_kernel", "const __grid_constant__ moejit::MoeGemmArgs"}};
   f.derive = [](KernelSpec& s) {
     const std::int64_t bm = s.get_int("block_m"), bn = s.get_int("block_n"), stages = s.get_int("stages");
     const int act = activation_code(s);
@@ -241,6 +245,7 @@ FamilyInfo moe_gemm_wgmma_family() {
                               smem + moe_gemm_static_smem_bytes(int(bm)), kMaxSharedBytes));
     s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
     s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), s.get_int("persistent") != 0));
+    s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(s.get_int("persistent") != 0, act) ? 1 : 0);
     s.params["smem_bytes"] = smem;
   };
   return f;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "common/error.h"
 #include "autotune/tuner.h"
@@ -10,6 +11,7 @@
 #include "jit/families.h"
 #include "jit/moe_names.h"
 #include "runtime/runtime.h"
+#include "runtime/weight_tensor_map.h"
 #include "templates/moe/moe_epilogue_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
 
@@ -86,8 +88,9 @@ struct MoeLayer::Kernels {
   unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
   // Output columns per CTA and k per tile (block) of each GEMM, as its kernel spec says.
   int gemm1_block_n = 0, gemm1_block_k = 0, gemm2_block_n = 0, gemm2_block_k = 0;
-  // Persistent wgmma kernels: a grid of at most one wave, each CTA walking the tiles.
-  bool gemm1_persistent = false, gemm2_persistent = false;
+  // Persistent wgmma kernels: a grid of at most one wave, each CTA walking the tiles; b_tma: they
+  // read weights through a tensor map the forward encodes (MoeGemmArgs::b_tensor_map).
+  bool gemm1_persistent = false, gemm2_persistent = false, gemm1_b_tma = false, gemm2_b_tma = false;
 };
 
 struct MoeLayer::Workspace {
@@ -302,6 +305,9 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
   auto persistent = [](const KernelSpec& s) { return s.family == "moe_gemm_wgmma" && s.get_int("persistent") != 0; };
   k->gemm1_persistent = persistent(specs[0]);
   k->gemm2_persistent = persistent(specs[1]);
+  auto b_tma = [](const KernelSpec& s) { return s.family == "moe_gemm_wgmma" && s.get_int("b_tma") != 0; };
+  k->gemm1_b_tma = b_tma(specs[0]);
+  k->gemm2_b_tma = b_tma(specs[1]);
   log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), config.describe());
   kernels_.push_back(std::move(k));
   return *kernels_.back();
@@ -390,6 +396,15 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
 
   const bool atomic = spec_.fused && spec_.reduce == ReduceMode::Fast;
   auto& api = runtime_.driver();
+  // Tensor maps of the weights for kernels that read them by bulk tensor copies, encoded before
+  // anything launches (the driver's refusal is then an error with nothing half done).
+  WeightTensorMap map1, map2;
+  if (k.gemm1_b_tma)
+    map1 = encode_weight_tensor_map(api, args.w1, spec_.hidden * static_cast<long long>(scalar_type_size(args.w1.dtype)),
+                                    k.gemm1_block_n);
+  if (k.gemm2_b_tma)
+    map2 = encode_weight_tensor_map(
+        api, args.w2, spec_.intermediate * static_cast<long long>(scalar_type_size(args.w2.dtype)), k.gemm2_block_n);
   // Fast mode zeroes the fp32 accumulator (and GEMM1's split-K counters) first: the kernels after
   // the routing then follow each other directly.
   if (atomic) MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.slots, 0, w.zeroed_bytes / 4, stream));
@@ -494,6 +509,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     g.lda = args.hidden.strides[0] * 2;
   }
   set_weights(g, args.w1, args.w1_scale, args.w1_zero);
+  if (k.gemm1_b_tma) std::memcpy(g.b_tensor_map, map1.bytes, sizeof(map1.bytes));
   g.bias = spec_.has_bias ? reinterpret_cast<const float*>(args.b1.data) : nullptr;
   g.bias_expert_stride = spec_.has_bias ? args.b1.strides[0] : 0;
   g.n_out = spec_.fused ? spec_.intermediate : spec_.w1_rows();
@@ -556,6 +572,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     g.lda = std::int64_t(spec_.intermediate) * 2;
   }
   set_weights(g, args.w2, args.w2_scale, args.w2_zero);
+  if (k.gemm2_b_tma) std::memcpy(g.b_tensor_map, map2.bytes, sizeof(map2.bytes));
   g.bias = spec_.has_bias ? reinterpret_cast<const float*>(args.b2.data) : nullptr;
   g.bias_expert_stride = spec_.has_bias ? args.b2.strides[0] : 0;
   g.n_out = spec_.hidden;

@@ -77,6 +77,23 @@ __device__ inline void mbar_arrive(unsigned bar) {
 __device__ inline void cp_async_mbar_arrive(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+// Arrives on bar (one of its expected arrivals) and adds `bytes` to the transfer it waits for: the
+// bulk tensor copies that complete on bar count their bytes down.
+__device__ inline void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Bulk tensor copy (TMA) of the box at coordinates (c0, c1, c2) of the 3-d tensor map `tmap` (a
+// CUtensorMap in parameter / constant / global memory) into shared memory at dst, completing on
+// bar. Out-of-range elements land as zeros; the box's bytes count against bar either way.
+__device__ inline void tma_load_3d(unsigned dst, const void* tmap, int c0, int c1, int c2, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+__device__ inline void prefetch_tensor_map(const void* tmap) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
+}
 // Barrier `id` (1..15; 0 is __syncthreads) among `count` threads (whole warps).
 __device__ inline void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common/host_device.cuh"
+#include "moe/activation_kinds.cuh"
 #include "moe/quant_kinds.cuh"
 
 namespace moejit {
@@ -60,7 +61,19 @@ struct MoeGemmArgs {
   float* split_partial;
   int* split_counters;
   long long split_stride;  // floats between splits of split_partial
+  // The persistent wgmma kernel reading B by bulk tensor copies (moe_wgmma_b_by_tma): a CUtensorMap
+  // of the weights as bytes, dims (inner bytes, rows, E_local), box (128 bytes, BLOCK_N rows),
+  // 128-byte swizzle, filled by the host. Kernel parameters are __grid_constant__ there, so the
+  // copy engine reads it in place.
+  alignas(64) unsigned long long b_tensor_map[16];
 };
+
+// The persistent wgmma kernel loads its weight tiles with bulk tensor copies (one thread, no
+// per-row address work in the producer) unless gate / up rows interleave (swigluoai: a column
+// tile's rows are then not two boxes).
+MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_b_by_tma(bool persistent, int act) {
+  return persistent && !activation_is_interleaved(act);
+}
 
 // Dynamic shared memory of one instance: STAGES ring slots of an A tile [BLOCK_M, BLOCK_K] and a B
 // tile [B rows, BLOCK_K] as stored (B rows = 2 * BLOCK_N for gated activations), plus one DTYPE B
