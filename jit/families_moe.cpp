@@ -208,6 +208,9 @@ FamilyInfo moe_gemm_wgmma_family() {
       derived_int("b_tma", "",
                   "1: weight tiles by bulk tensor copies (persistent, gate / up not interleaved; the host passes "
                   "a tensor map in MoeGemmArgs::b_tensor_map)"),
+      derived_int("a_tma", "",
+                  "1: A tiles by bulk tensor copies too (GEMM2 with b_tma: the intermediate by padded row; "
+                  "MoeGemmArgs::a_tensor_map)"),
       derived_int("smem_bytes", "", "dynamic shared memory per CTA"),
   };
   // __grid_constant__: the copy engine reads the weights' tensor map in the parameter itself.
@@ -246,6 +249,7 @@ FamilyInfo moe_gemm_wgmma_family() {
     s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
     s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), s.get_int("persistent") != 0));
     s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(s.get_int("persistent") != 0, act) ? 1 : 0);
+    s.params["a_tma"] = std::int64_t(moe_wgmma_a_by_tma(s.get_string("role") == "gemm1" ? kRoleGemm1 : kRoleGemm2Atomic, s.get_int("persistent") != 0, act) ? 1 : 0);
     s.params["smem_bytes"] = smem;
   };
   return f;

@@ -11,7 +11,7 @@
 #include "jit/families.h"
 #include "jit/moe_names.h"
 #include "runtime/runtime.h"
-#include "runtime/weight_tensor_map.h"
+#include "runtime/tile_tensor_map.h"
 #include "templates/moe/moe_epilogue_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
 
@@ -90,7 +90,8 @@ struct MoeLayer::Kernels {
   int gemm1_block_n = 0, gemm1_block_k = 0, gemm2_block_n = 0, gemm2_block_k = 0;
   // Persistent wgmma kernels: a grid of at most one wave, each CTA walking the tiles; b_tma: they
   // read weights through a tensor map the forward encodes (MoeGemmArgs::b_tensor_map).
-  bool gemm1_persistent = false, gemm2_persistent = false, gemm1_b_tma = false, gemm2_b_tma = false;
+  bool gemm1_persistent = false, gemm2_persistent = false, gemm1_b_tma = false, gemm2_b_tma = false,
+       gemm2_a_tma = false;
 };
 
 struct MoeLayer::Workspace {
@@ -308,6 +309,7 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
   auto b_tma = [](const KernelSpec& s) { return s.family == "moe_gemm_wgmma" && s.get_int("b_tma") != 0; };
   k->gemm1_b_tma = b_tma(specs[0]);
   k->gemm2_b_tma = b_tma(specs[1]);
+  k->gemm2_a_tma = specs[1].family == "moe_gemm_wgmma" && specs[1].get_int("a_tma") != 0;
   log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), config.describe());
   kernels_.push_back(std::move(k));
   return *kernels_.back();
@@ -398,13 +400,25 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   auto& api = runtime_.driver();
   // Tensor maps of the weights for kernels that read them by bulk tensor copies, encoded before
   // anything launches (the driver's refusal is then an error with nothing half done).
-  WeightTensorMap map1, map2;
+  TileTensorMap map1, map2, map2_a;
   if (k.gemm1_b_tma)
-    map1 = encode_weight_tensor_map(api, args.w1, spec_.hidden * static_cast<long long>(scalar_type_size(args.w1.dtype)),
+    map1 = encode_tile_tensor_map(api, args.w1, spec_.hidden * static_cast<long long>(scalar_type_size(args.w1.dtype)),
                                     k.gemm1_block_n);
   if (k.gemm2_b_tma)
-    map2 = encode_weight_tensor_map(
+    map2 = encode_tile_tensor_map(
         api, args.w2, spec_.intermediate * static_cast<long long>(scalar_type_size(args.w2.dtype)), k.gemm2_block_n);
+  if (k.gemm2_a_tma) {  // GEMM2's A: the intermediate (e4m3 for w8a8), as allocated
+    const bool q8 = quant_is_fp8(spec_.quant);
+    const std::int64_t rows = static_cast<std::int64_t>(w.max_rows);
+    TensorView inter;
+    inter.data = q8 ? w.intermediate_q : w.intermediate;
+    inter.dtype = q8 ? ScalarType::F8E4M3 : (spec_.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16);
+    inter.rank = 3;
+    inter.shape = {1, rows, spec_.intermediate};
+    inter.strides = {rows * spec_.intermediate, spec_.intermediate, 1};
+    map2_a = encode_tile_tensor_map(api, inter, spec_.intermediate * static_cast<long long>(scalar_type_size(inter.dtype)),
+                                    int(bm));
+  }
   // Fast mode zeroes the fp32 accumulator (and GEMM1's split-K counters) first: the kernels after
   // the routing then follow each other directly.
   if (atomic) MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.slots, 0, w.zeroed_bytes / 4, stream));
@@ -573,6 +587,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   }
   set_weights(g, args.w2, args.w2_scale, args.w2_zero);
   if (k.gemm2_b_tma) std::memcpy(g.b_tensor_map, map2.bytes, sizeof(map2.bytes));
+  if (k.gemm2_a_tma) std::memcpy(g.a_tensor_map, map2_a.bytes, sizeof(map2_a.bytes));
   g.bias = spec_.has_bias ? reinterpret_cast<const float*>(args.b2.data) : nullptr;
   g.bias_expert_stride = spec_.has_bias ? args.b2.strides[0] : 0;
   g.n_out = spec_.hidden;

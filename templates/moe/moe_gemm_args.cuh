@@ -61,11 +61,13 @@ struct MoeGemmArgs {
   float* split_partial;
   int* split_counters;
   long long split_stride;  // floats between splits of split_partial
-  // The persistent wgmma kernel reading B by bulk tensor copies (moe_wgmma_b_by_tma): a CUtensorMap
-  // of the weights as bytes, dims (inner bytes, rows, E_local), box (128 bytes, BLOCK_N rows),
-  // 128-byte swizzle, filled by the host. Kernel parameters are __grid_constant__ there, so the
-  // copy engine reads it in place.
+  // The persistent wgmma kernel reading tiles by bulk tensor copies (moe_wgmma_b_by_tma,
+  // moe_wgmma_a_by_tma): CUtensorMaps of the weights as bytes, dims (inner bytes, rows, E_local),
+  // box (128 bytes, BLOCK_N rows), and of GEMM2's A (the intermediate), dims (inner bytes, padded
+  // rows, 1), box (128 bytes, BLOCK_M rows); 128-byte swizzle, filled by the host. Kernel
+  // parameters are __grid_constant__ there, so the copy engine reads them in place.
   alignas(64) unsigned long long b_tensor_map[16];
+  alignas(64) unsigned long long a_tensor_map[16];
 };
 
 // The persistent wgmma kernel loads its weight tiles with bulk tensor copies (one thread, no
@@ -73,6 +75,11 @@ struct MoeGemmArgs {
 // tile's rows are then not two boxes).
 MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_b_by_tma(bool persistent, int act) {
   return persistent && !activation_is_interleaved(act);
+}
+// GEMM2's A rows (the intermediate, by padded row) are one box per tile too; GEMM1 gathers rows of
+// X by token, which a tiled copy cannot.
+MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_a_by_tma(int role, bool persistent, int act) {
+  return role != kRoleGemm1 && moe_wgmma_b_by_tma(persistent, act);
 }
 
 // Dynamic shared memory of one instance: STAGES ring slots of an A tile [BLOCK_M, BLOCK_K] and a B

@@ -45,7 +45,7 @@ __device__ inline void grouped_item(int item, int col_tiles, int row_tiles, int 
 template <int ROLE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int THREADS, bool B_TMA = false>
 struct ChunkLoader {
   static constexpr int G = activation_is_gated(ACT) ? 2 : 1;
-  static constexpr int A_LOADS = BLOCK_M * 8 / THREADS;
+  static constexpr int A_LOADS = BLOCK_M * 8 / THREADS;  // (A by bulk copies: this loader is not used)
   static constexpr int B_LOADS = B_TMA ? 0 : G * BLOCK_N * 8 / THREADS;
   static_assert(A_LOADS * THREADS == BLOCK_M * 8 && (B_TMA || B_LOADS * THREADS == G * BLOCK_N * 8),
                 "16-byte chunks share out evenly");
@@ -313,16 +313,17 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producer's");
   static_assert(!BLOCK_SCALED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
-  constexpr bool B_TMA = moe_wgmma_b_by_tma(true, ACT);
+  constexpr bool B_TMA = moe_wgmma_b_by_tma(true, ACT), A_TMA = moe_wgmma_a_by_tma(ROLE, true, ACT);
   const int tid = threadIdx.x;
   const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
   const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
   if (tid == 0) {
     if constexpr (B_TMA) sm90::prefetch_tensor_map(args.b_tensor_map);
+    if constexpr (A_TMA) sm90::prefetch_tensor_map(args.a_tensor_map);
     for (int s = 0; s < STAGES; ++s) {
-      // One (async) arrival per producer thread's A copies, and thread 0's expected-bytes arrival
-      // for the B box(es).
-      sm90::mbar_init(full0 + s * 8, 128 + (B_TMA ? 1 : 0));
+      // Arrivals per fill: one (async) per producer thread's A copies, plus thread 0's
+      // expected-bytes arrival for the boxes; only the latter when A comes by bulk copy too.
+      sm90::mbar_init(full0 + s * 8, A_TMA ? 1 : 128 + (B_TMA ? 1 : 0));
       sm90::mbar_init(empty0 + s * 8, CONSUMERS);  // one arrival per consumer thread
     }
     sm90::fence_mbar_init();
@@ -332,29 +333,47 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   const int items = col_tiles * row_tiles;
   if (tid < 128) {  // producer warpgroup
     if constexpr (CONSUMERS == 256) sm90::setmaxnreg_dec<PRODUCER_REGS>();
-    ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, B_TMA> loader;
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
-      int tile, n0;
-      grouped_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
-      const int expert = args.tile_expert[tile];
-      loader.init(args, tile * BLOCK_M, n0, expert, tid);
-      for (int i = 0; i < local_tiles; ++i, ++it) {
-        const int slot = it % STAGES;
-        sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
-        loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
-        if constexpr (B_TMA) {
-          // Box g: BLOCK_N weight rows from n0 (+ the up rows' offset). Rows past the expert's
-          // land as zeros; rows past n_out inside it only feed columns the epilogue skips.
-          if (tid == 0) {
-            sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::B_STAGE);
-#pragma unroll
-            for (int g = 0; g < T::G; ++g)
-              sm90::tma_load_3d(smem_b + slot * T::B_STAGE + g * BLOCK_N * kRowBytes, args.b_tensor_map,
-                                (kt_begin + i) * kRowBytes, n0 + g * args.up_row_offset, expert, full0 + slot * 8);
+    if constexpr (A_TMA) {
+      // Every copy is one bulk tensor copy: thread 0 produces alone.
+      if (tid == 0)
+        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+          int tile, n0;
+          grouped_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+          const int expert = args.tile_expert[tile];
+          for (int i = 0; i < local_tiles; ++i, ++it) {
+            const int slot = it % STAGES, kb = (kt_begin + i) * kRowBytes;
+            const unsigned full = full0 + slot * 8;
+            sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);
+            sm90::mbar_arrive_expect_tx(full, T::A_STAGE + T::B_STAGE);
+            sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, kb, tile * BLOCK_M, 0, full);
+            sm90::tma_load_3d(smem_b + slot * T::B_STAGE, args.b_tensor_map, kb, n0, expert, full);
           }
         }
-        sm90::cp_async_mbar_arrive(full0 + slot * 8);
+    } else {
+      ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, B_TMA> loader;
+      for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        int tile, n0;
+        grouped_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+        const int expert = args.tile_expert[tile];
+        loader.init(args, tile * BLOCK_M, n0, expert, tid);
+        for (int i = 0; i < local_tiles; ++i, ++it) {
+          const int slot = it % STAGES;
+          sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
+          loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
+          if constexpr (B_TMA) {
+            // Box g: BLOCK_N weight rows from n0 (+ the up rows' offset). Rows past the expert's
+            // land as zeros; rows past n_out inside it only feed columns the epilogue skips.
+            if (tid == 0) {
+              sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::B_STAGE);
+#pragma unroll
+              for (int g = 0; g < T::G; ++g)
+                sm90::tma_load_3d(smem_b + slot * T::B_STAGE + g * BLOCK_N * kRowBytes, args.b_tensor_map,
+                                  (kt_begin + i) * kRowBytes, n0 + g * args.up_row_offset, expert, full0 + slot * 8);
+            }
+          }
+          sm90::cp_async_mbar_arrive(full0 + slot * 8);
+        }
       }
     }
     sm80::cp_async_wait<0>();
