@@ -146,7 +146,9 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to 64 rows, 64-row tiles of the
   // persistent kernel (its producer streams weights across tiles; on an H200 the tuner picked it
   // for Mixtral-8x7B M = 32 .. 128, Qwen3-30B-A3B and DeepSeek-V2-Lite M = 128 / 256, DeepSeek-V3
-  // TP8 M = 64 .. 1024); beyond, 128 x 256-weight-row tiles.
+  // TP8 M = 64 .. 1024); beyond, 128 x 256-weight-row tiles, persistent too: their weight (and
+  // GEMM2's A) tiles come by bulk tensor copies (the tuner's pick for Mixtral-8x7B M = 1024 .. 8192
+  // and the other layers' M = 8192 on an H200).
   if (rows >= kWgmmaMinRows && spec.quant == kQuantNone && wgmma_supported(spec, arch)) {
     if (rows <= kBucketRows[2]) {
       c.block_m = 64;
@@ -154,7 +156,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
       c.gemm2 = wgmma_tile(128, 4, 0, true);
     } else {
       c.block_m = 128;
-      c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4);
+      c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4, 0, true);
       c.gemm2 = wgmma_tile(256, 4, 0, true);
     }
     return c;

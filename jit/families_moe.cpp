@@ -206,8 +206,8 @@ FamilyInfo moe_gemm_wgmma_family() {
       derived_int("block_k", "", "k per tile: one 128-byte swizzled row (64 16-bit or 128 e4m3 elements)"),
       derived_int("threads", "", "threads per CTA = 128 per 64 rows (+ 128 producer threads when persistent)"),
       derived_int("b_tma", "",
-                  "1: weight tiles by bulk tensor copies (persistent, gate / up not interleaved; the host passes "
-                  "a tensor map in MoeGemmArgs::b_tensor_map)"),
+                  "1: weight tiles by bulk tensor copies (persistent; the host passes a tensor map in "
+                  "MoeGemmArgs::b_tensor_map)"),
       derived_int("a_tma", "",
                   "1: A tiles by bulk tensor copies too (GEMM2 with b_tma: the intermediate by padded row; "
                   "MoeGemmArgs::a_tensor_map)"),
@@ -248,8 +248,10 @@ FamilyInfo moe_gemm_wgmma_family() {
                               smem + moe_gemm_static_smem_bytes(int(bm)), kMaxSharedBytes));
     s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
     s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), s.get_int("persistent") != 0));
-    s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(s.get_int("persistent") != 0, act) ? 1 : 0);
-    s.params["a_tma"] = std::int64_t(moe_wgmma_a_by_tma(s.get_string("role") == "gemm1" ? kRoleGemm1 : kRoleGemm2Atomic, s.get_int("persistent") != 0, act) ? 1 : 0);
+    const bool persistent = s.get_int("persistent") != 0;
+    s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(persistent) ? 1 : 0);
+    s.params["a_tma"] = std::int64_t(
+        moe_wgmma_a_by_tma(s.get_string("role") == "gemm1" ? kRoleGemm1 : kRoleGemm2Atomic, persistent) ? 1 : 0);
     s.params["smem_bytes"] = smem;
   };
   return f;

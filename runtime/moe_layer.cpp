@@ -401,12 +401,14 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   // Tensor maps of the weights for kernels that read them by bulk tensor copies, encoded before
   // anything launches (the driver's refusal is then an error with nothing half done).
   TileTensorMap map1, map2, map2_a;
-  if (k.gemm1_b_tma)
+  if (k.gemm1_b_tma)  // interleaved gate / up rows: each box takes every second row
     map1 = encode_tile_tensor_map(api, args.w1, spec_.hidden * static_cast<long long>(scalar_type_size(args.w1.dtype)),
-                                    k.gemm1_block_n);
+                                  k.gemm1_block_n,
+                                  spec_.fused && activation_is_interleaved(spec_.activation) ? 2 : 1);
   if (k.gemm2_b_tma)
-    map2 = encode_tile_tensor_map(
-        api, args.w2, spec_.intermediate * static_cast<long long>(scalar_type_size(args.w2.dtype)), k.gemm2_block_n);
+    map2 = encode_tile_tensor_map(api, args.w2,
+                                  spec_.intermediate * static_cast<long long>(scalar_type_size(args.w2.dtype)),
+                                  k.gemm2_block_n);
   if (k.gemm2_a_tma) {  // GEMM2's A: the intermediate (e4m3 for w8a8), as allocated
     const bool q8 = quant_is_fp8(spec_.quant);
     const std::int64_t rows = static_cast<std::int64_t>(w.max_rows);
@@ -416,8 +418,8 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     inter.rank = 3;
     inter.shape = {1, rows, spec_.intermediate};
     inter.strides = {rows * spec_.intermediate, spec_.intermediate, 1};
-    map2_a = encode_tile_tensor_map(api, inter, spec_.intermediate * static_cast<long long>(scalar_type_size(inter.dtype)),
-                                    int(bm));
+    map2_a = encode_tile_tensor_map(api, inter,
+                                    spec_.intermediate * static_cast<long long>(scalar_type_size(inter.dtype)), int(bm));
   }
   // Fast mode zeroes the fp32 accumulator (and GEMM1's split-K counters) first: the kernels after
   // the routing then follow each other directly.

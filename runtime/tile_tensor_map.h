@@ -16,8 +16,10 @@ struct TileTensorMap {
 };
 
 // The map of t ([E_local or 1, rows, inner], strides in elements, rows 16-byte aligned) whose
-// reduction runs over inner_bytes bytes of each row. Throws Error(Launch) with the driver's words
+// reduction runs over inner_bytes bytes of each row; a box takes box_rows rows, every row_step-th
+// (2: one half of interleaved gate / up rows). Throws Error(Launch) with the driver's words
 // when it refuses (e.g. a stride that is not a multiple of 16 bytes).
-TileTensorMap encode_tile_tensor_map(const DriverApi& api, const TensorView& t, long long inner_bytes, int box_rows);
+TileTensorMap encode_tile_tensor_map(const DriverApi& api, const TensorView& t, long long inner_bytes, int box_rows,
+                                     int row_step = 1);
 
 }  // namespace moejit

@@ -63,7 +63,8 @@ struct MoeGemmArgs {
   long long split_stride;  // floats between splits of split_partial
   // The persistent wgmma kernel reading tiles by bulk tensor copies (moe_wgmma_b_by_tma,
   // moe_wgmma_a_by_tma): CUtensorMaps of the weights as bytes, dims (inner bytes, rows, E_local),
-  // box (128 bytes, BLOCK_N rows), and of GEMM2's A (the intermediate), dims (inner bytes, padded
+  // box (128 bytes, BLOCK_N rows; interleaved gate / up: 2 BLOCK_N rows, every second one), and of
+  // GEMM2's A (the intermediate), dims (inner bytes, padded
   // rows, 1), box (128 bytes, BLOCK_M rows); 128-byte swizzle, filled by the host. Kernel
   // parameters are __grid_constant__ there, so the copy engine reads them in place.
   alignas(64) unsigned long long b_tensor_map[16];
@@ -71,15 +72,13 @@ struct MoeGemmArgs {
 };
 
 // The persistent wgmma kernel loads its weight tiles with bulk tensor copies (one thread, no
-// per-row address work in the producer) unless gate / up rows interleave (swigluoai: a column
-// tile's rows are then not two boxes).
-MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_b_by_tma(bool persistent, int act) {
-  return persistent && !activation_is_interleaved(act);
-}
+// per-row address work in the producer): a box of BLOCK_N gate rows and one of up rows, every
+// second row of the weights when gate / up rows interleave (swigluoai).
+MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_b_by_tma(bool persistent) { return persistent; }
 // GEMM2's A rows (the intermediate, by padded row) are one box per tile too; GEMM1 gathers rows of
 // X by token, which a tiled copy cannot.
-MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_a_by_tma(int role, bool persistent, int act) {
-  return role != kRoleGemm1 && moe_wgmma_b_by_tma(persistent, act);
+MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_a_by_tma(int role, bool persistent) {
+  return role != kRoleGemm1 && moe_wgmma_b_by_tma(persistent);
 }
 
 // Dynamic shared memory of one instance: STAGES ring slots of an A tile [BLOCK_M, BLOCK_K] and a B

@@ -313,7 +313,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producer's");
   static_assert(!BLOCK_SCALED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
-  constexpr bool B_TMA = moe_wgmma_b_by_tma(true, ACT), A_TMA = moe_wgmma_a_by_tma(ROLE, true, ACT);
+  constexpr bool B_TMA = moe_wgmma_b_by_tma(true), A_TMA = moe_wgmma_a_by_tma(ROLE, true);
   const int tid = threadIdx.x;
   const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
   const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
@@ -362,14 +362,18 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
           loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
           if constexpr (B_TMA) {
-            // Box g: BLOCK_N weight rows from n0 (+ the up rows' offset). Rows past the expert's
-            // land as zeros; rows past n_out inside it only feed columns the epilogue skips.
+            // Box g: the BLOCK_N weight rows of columns n0.. in set g (stacked: from n0 + the up
+            // rows' offset; interleaved: every second row from 2 n0 + g, the map steps by 2). Rows
+            // past the expert's land as zeros; rows past n_out inside it only feed columns the
+            // epilogue skips.
             if (tid == 0) {
               sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::B_STAGE);
 #pragma unroll
               for (int g = 0; g < T::G; ++g)
                 sm90::tma_load_3d(smem_b + slot * T::B_STAGE + g * BLOCK_N * kRowBytes, args.b_tensor_map,
-                                  (kt_begin + i) * kRowBytes, n0 + g * args.up_row_offset, expert, full0 + slot * 8);
+                                  (kt_begin + i) * kRowBytes,
+                                  activation_is_interleaved(ACT) ? 2 * n0 + g : n0 + g * args.up_row_offset, expert,
+                                  full0 + slot * 8);
             }
           }
           sm90::cp_async_mbar_arrive(full0 + slot * 8);
