@@ -10,6 +10,10 @@
 // wgmma group in flight: at k tile i the CTA loads tile i + STAGES - 2 into the slot tile i - 2
 // used, which the wgmma wait of iteration i - 1 and the barrier of iteration i have freed.
 //
+// The persistent variant (persistent_tiles) reads weight tiles, and GEMM2's A tiles, by bulk
+// tensor copies instead (MoeGemmArgs::b_tensor_map / a_tensor_map; the copy engine's 128-byte
+// swizzle is the same chunk pattern).
+//
 // Tiles are walked in groups of kGroupRows row tiles per column sweep, so the CTAs resident at once
 // share each expert's weight columns through L2 instead of streaming all of an expert's weights
 // once per row tile.
