@@ -170,6 +170,18 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   CHECK(prefill.gemm1.wgmma);
   CHECK(prefill.gemm2.wgmma);
   CHECK(prefill.gemm1.block_n == 128);  // gated: 256 weight rows
+  CHECK((prefill.gemm1.persistent && prefill.gemm2.persistent));
+  // Persistent tiles read weights by bulk tensor copies, GEMM2 its A rows too; plain ones do not.
+  const auto specs = moe_expert_kernel_specs(q, prefill, "sm_90a");
+  CHECK(specs[0].get_int("b_tma") == 1);
+  CHECK(specs[0].get_int("a_tma") == 0);  // GEMM1 gathers A rows by token
+  CHECK(specs[1].get_int("b_tma") == 1);
+  CHECK(specs[1].get_int("a_tma") == 1);
+  MoeTileConfig plain_prefill = prefill;
+  plain_prefill.gemm1.persistent = plain_prefill.gemm2.persistent = false;
+  const auto plain_specs = moe_expert_kernel_specs(q, plain_prefill, "sm_90a");
+  CHECK(plain_specs[0].get_int("b_tma") == 0);
+  CHECK(plain_specs[1].get_int("a_tma") == 0);
   const MoeTileConfig mid = heuristic_tile_config(q, 128, true, "sm_90a");  // 8 rows per expert
   CHECK(mid.block_m == 64);
   CHECK(mid.gemm1.persistent);
