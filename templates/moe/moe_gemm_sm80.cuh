@@ -119,7 +119,6 @@ template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(const MoeGemmArgs args) {
   using namespace moe_gemm_detail;
   constexpr bool GATED = activation_is_gated(ACT);
-  constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
   constexpr bool FP8 = quant_is_fp8(QUANT);
   constexpr bool DEQUANT = quant_dequantizes_b(QUANT);
   constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
