@@ -12,7 +12,14 @@ namespace moejit {
 namespace {
 // Buckets of rows per local expert, upper bounds inclusive; the last is open.
 constexpr int kBucketRows[] = {16, 32, 64};
-constexpr int kWgmmaMinRows = 8;  // sm_90a: rows per expert from which the wgmma kernel takes over
+// sm_90a, 16-bit weights: rows per expert from which the wgmma kernel takes over; below, when
+// GEMM1 has at least kWgmmaMinDecodeTiles tiles of 64 columns over the touched experts (its
+// persistent 64-row variant streams weights by bulk copies but does not split k: fewer tiles leave
+// SMs idle). H200, no DB, M = 1 / 4 / 16: Mixtral-8x7B 226 -> 186 / 503 -> 445 / 693 -> 679 us,
+// DeepSeek-V2-Lite 45.5 -> 42.7 / 133 -> 112 / 229 -> 223; DeepSeek-V3 TP8 M = 1 (32 tiles)
+// 46.8 -> 66.5 without the tile bound.
+constexpr int kWgmmaMinRows = 8;
+constexpr long long kWgmmaMinDecodeTiles = 128;
 
 int rows_per_expert(const MoeSpec& spec, long long num_tokens) {
   const long long rows = num_tokens * spec.top_k;
@@ -149,7 +156,10 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // TP8 M = 64 .. 1024); beyond, 128 x 256-weight-row tiles, persistent too: their weight (and
   // GEMM2's A) tiles come by bulk tensor copies (the tuner's pick for Mixtral-8x7B M = 1024 .. 8192
   // and the other layers' M = 8192 on an H200).
-  if (rows >= kWgmmaMinRows && spec.quant == kQuantNone && wgmma_supported(spec, arch)) {
+  const long long touched = std::min<long long>(spec.local_experts(), static_cast<long long>(std::max(num_tokens, 1)) * spec.top_k);
+  const long long gemm1_tiles = touched * ((spec.intermediate + 63) / 64);
+  if ((rows >= kWgmmaMinRows || gemm1_tiles >= kWgmmaMinDecodeTiles) && spec.quant == kQuantNone &&
+      wgmma_supported(spec, arch)) {
     if (rows <= kBucketRows[2]) {
       c.block_m = 64;
       c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
@@ -177,6 +187,10 @@ std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_t
   std::vector<long long> counts = {1, std::max(max_tokens, 1)};
   for (int bound : kBucketRows) counts.push_back(static_cast<long long>(bound) * spec.local_experts() / spec.top_k + 1);
   counts.push_back(static_cast<long long>(kWgmmaMinRows - 1) * spec.local_experts() / spec.top_k + 1);
+  // The first count whose GEMM1 has kWgmmaMinDecodeTiles tiles (see heuristic_tile_config).
+  const long long tiles_per_expert = (spec.intermediate + 63) / 64;
+  const long long experts_needed = (kWgmmaMinDecodeTiles + tiles_per_expert - 1) / tiles_per_expert;
+  counts.push_back((experts_needed + spec.top_k - 1) / spec.top_k);
   std::vector<MoeTileConfig> out;
   for (long long m : counts) {
     if (m < 1 || m > std::max(max_tokens, 1)) continue;

@@ -186,7 +186,11 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   CHECK(mid.block_m == 64);
   CHECK(mid.gemm1.persistent);
   CHECK(mid.describe().find("wgmma bn64 s4 ws") != std::string::npos);
-  CHECK_FALSE(heuristic_tile_config(q, 1, true, "sm_90a").gemm1.wgmma);  // decode: 1 row per expert
+  // Decode (1 row per expert): the persistent 64-row tiles once GEMM1 has 128 tiles of 64 columns
+  // over the touched experts (Qwen3 M = 1: 8 x 12 = 96; M = 2: 192), the shared-memory kernel's
+  // split-K tiles before.
+  CHECK_FALSE(heuristic_tile_config(q, 1, true, "sm_90a").gemm1.wgmma);
+  CHECK(heuristic_tile_config(q, 2, true, "sm_90a").gemm1.persistent);
   for (const char* arch : {"", "sm_80", "sm_90", "sm_100a"}) CHECK_FALSE(heuristic_tile_config(q, 8192, true, arch).gemm1.wgmma);
   MoeSpec det = q;
   det.reduce = ReduceMode::Deterministic;
