@@ -21,6 +21,12 @@ constexpr int kBucketRows[] = {16, 32, 64};
 constexpr int kWgmmaMinRows = 8;
 constexpr long long kWgmmaMinDecodeTiles = 128;
 
+// GEMM1 tiles of 64 columns over the experts num_tokens can touch (the decode rule below).
+long long gemm1_decode_tiles(const MoeSpec& spec, long long num_tokens) {
+  return std::min<long long>(spec.local_experts(), std::max(num_tokens, 1LL) * spec.top_k) *
+         ((spec.intermediate + 63) / 64);
+}
+
 int rows_per_expert(const MoeSpec& spec, long long num_tokens) {
   const long long rows = num_tokens * spec.top_k;
   return static_cast<int>((rows + spec.local_experts() - 1) / spec.local_experts());
@@ -156,10 +162,8 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // TP8 M = 64 .. 1024); beyond, 128 x 256-weight-row tiles, persistent too: their weight (and
   // GEMM2's A) tiles come by bulk tensor copies (the tuner's pick for Mixtral-8x7B M = 1024 .. 8192
   // and the other layers' M = 8192 on an H200).
-  const long long touched = std::min<long long>(spec.local_experts(), static_cast<long long>(std::max(num_tokens, 1)) * spec.top_k);
-  const long long gemm1_tiles = touched * ((spec.intermediate + 63) / 64);
-  if ((rows >= kWgmmaMinRows || gemm1_tiles >= kWgmmaMinDecodeTiles) && spec.quant == kQuantNone &&
-      wgmma_supported(spec, arch)) {
+  if ((rows >= kWgmmaMinRows || gemm1_decode_tiles(spec, num_tokens) >= kWgmmaMinDecodeTiles) &&
+      spec.quant == kQuantNone && wgmma_supported(spec, arch)) {
     if (rows <= kBucketRows[2]) {
       c.block_m = 64;
       c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
@@ -188,9 +192,9 @@ std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_t
   for (int bound : kBucketRows) counts.push_back(static_cast<long long>(bound) * spec.local_experts() / spec.top_k + 1);
   counts.push_back(static_cast<long long>(kWgmmaMinRows - 1) * spec.local_experts() / spec.top_k + 1);
   // The first count whose GEMM1 has kWgmmaMinDecodeTiles tiles (see heuristic_tile_config).
-  const long long tiles_per_expert = (spec.intermediate + 63) / 64;
-  const long long experts_needed = (kWgmmaMinDecodeTiles + tiles_per_expert - 1) / tiles_per_expert;
-  counts.push_back((experts_needed + spec.top_k - 1) / spec.top_k);
+  long long first_wide = 1;
+  while (first_wide < max_tokens && gemm1_decode_tiles(spec, first_wide) < kWgmmaMinDecodeTiles) ++first_wide;
+  counts.push_back(first_wide);
   std::vector<MoeTileConfig> out;
   for (long long m : counts) {
     if (m < 1 || m > std::max(max_tokens, 1)) continue;

@@ -303,13 +303,15 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
   k->gemm1_block_k = int(specs[0].get_int("block_k"));
   k->gemm2_block_n = int(specs[1].get_int("block_n"));
   k->gemm2_block_k = int(specs[1].get_int("block_k"));
-  auto persistent = [](const KernelSpec& s) { return s.family == "moe_gemm_wgmma" && s.get_int("persistent") != 0; };
-  k->gemm1_persistent = persistent(specs[0]);
-  k->gemm2_persistent = persistent(specs[1]);
-  auto b_tma = [](const KernelSpec& s) { return s.family == "moe_gemm_wgmma" && s.get_int("b_tma") != 0; };
-  k->gemm1_b_tma = b_tma(specs[0]);
-  k->gemm2_b_tma = b_tma(specs[1]);
-  k->gemm2_a_tma = specs[1].family == "moe_gemm_wgmma" && specs[1].get_int("a_tma") != 0;
+  // A wgmma kernel's flag (persistent, b_tma, a_tma); the other families have none.
+  auto wgmma_flag = [](const KernelSpec& s, const char* name) {
+    return s.family == "moe_gemm_wgmma" && s.get_int(name) != 0;
+  };
+  k->gemm1_persistent = wgmma_flag(specs[0], "persistent");
+  k->gemm2_persistent = wgmma_flag(specs[1], "persistent");
+  k->gemm1_b_tma = wgmma_flag(specs[0], "b_tma");
+  k->gemm2_b_tma = wgmma_flag(specs[1], "b_tma");
+  k->gemm2_a_tma = wgmma_flag(specs[1], "a_tma");
   log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), config.describe());
   kernels_.push_back(std::move(k));
   return *kernels_.back();

@@ -3,7 +3,6 @@
 #pragma once
 
 #include "common/host_device.cuh"
-#include "moe/activation_kinds.cuh"
 #include "moe/quant_kinds.cuh"
 
 namespace moejit {
@@ -64,9 +63,9 @@ struct MoeGemmArgs {
   // The persistent wgmma kernel reading tiles by bulk tensor copies (moe_wgmma_b_by_tma,
   // moe_wgmma_a_by_tma): CUtensorMaps of the weights as bytes, dims (inner bytes, rows, E_local),
   // box (128 bytes, BLOCK_N rows; interleaved gate / up: 2 BLOCK_N rows, every second one), and of
-  // GEMM2's A (the intermediate), dims (inner bytes, padded
-  // rows, 1), box (128 bytes, BLOCK_M rows); 128-byte swizzle, filled by the host. Kernel
-  // parameters are __grid_constant__ there, so the copy engine reads them in place.
+  // GEMM2's A (the intermediate), dims (inner bytes, padded rows, 1), box (128 bytes, BLOCK_M
+  // rows); 128-byte swizzle, filled by the host. Kernel parameters are __grid_constant__ there, so
+  // the copy engine reads them in place.
   alignas(64) unsigned long long b_tensor_map[16];
   alignas(64) unsigned long long a_tensor_map[16];
 };

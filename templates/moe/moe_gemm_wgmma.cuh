@@ -317,17 +317,18 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producer's");
   static_assert(!BLOCK_SCALED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
-  constexpr bool B_TMA = moe_wgmma_b_by_tma(true), A_TMA = moe_wgmma_a_by_tma(ROLE, true);
+  static_assert(moe_wgmma_b_by_tma(true), "the persistent variant reads weight tiles by bulk tensor copies");
+  constexpr bool A_TMA = moe_wgmma_a_by_tma(ROLE, true);
   const int tid = threadIdx.x;
   const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
   const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
   if (tid == 0) {
-    if constexpr (B_TMA) sm90::prefetch_tensor_map(args.b_tensor_map);
+    sm90::prefetch_tensor_map(args.b_tensor_map);
     if constexpr (A_TMA) sm90::prefetch_tensor_map(args.a_tensor_map);
     for (int s = 0; s < STAGES; ++s) {
-      // Arrivals per fill: one (async) per producer thread's A copies, plus thread 0's
-      // expected-bytes arrival for the boxes; only the latter when A comes by bulk copy too.
-      sm90::mbar_init(full0 + s * 8, A_TMA ? 1 : 128 + (B_TMA ? 1 : 0));
+      // Arrivals per fill: thread 0's expected-bytes arrival for the boxes, plus one (async) per
+      // producer thread's A copies when A comes by cp.async.
+      sm90::mbar_init(full0 + s * 8, A_TMA ? 1 : 1 + 128);
       sm90::mbar_init(empty0 + s * 8, CONSUMERS);  // one arrival per consumer thread
     }
     sm90::fence_mbar_init();
@@ -337,6 +338,17 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   const int items = col_tiles * row_tiles;
   if (tid < 128) {  // producer warpgroup
     if constexpr (CONSUMERS == 256) sm90::setmaxnreg_dec<PRODUCER_REGS>();
+    // Weight box g of k tile kt: the BLOCK_N weight rows of columns n0.. in set g (stacked: from n0
+    // + the up rows' offset; interleaved: every second row from 2 n0 + g, the map steps by 2). Rows
+    // past the expert's land as zeros; rows past n_out inside it only feed columns the epilogue
+    // skips.
+    auto load_weight_boxes = [&](int slot, int kt, int n0, int expert) {
+#pragma unroll
+      for (int g = 0; g < T::G; ++g)
+        sm90::tma_load_3d(smem_b + slot * T::B_STAGE + g * BLOCK_N * kRowBytes, args.b_tensor_map, kt * kRowBytes,
+                          activation_is_interleaved(ACT) ? 2 * n0 + g : n0 + g * args.up_row_offset, expert,
+                          full0 + slot * 8);
+    };
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
     if constexpr (A_TMA) {
       // Every copy is one bulk tensor copy: thread 0 produces alone.
@@ -346,16 +358,16 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           grouped_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
           const int expert = args.tile_expert[tile];
           for (int i = 0; i < local_tiles; ++i, ++it) {
-            const int slot = it % STAGES, kb = (kt_begin + i) * kRowBytes;
-            const unsigned full = full0 + slot * 8;
-            sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);
-            sm90::mbar_arrive_expect_tx(full, T::A_STAGE + T::B_STAGE);
-            sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, kb, tile * BLOCK_M, 0, full);
-            sm90::tma_load_3d(smem_b + slot * T::B_STAGE, args.b_tensor_map, kb, n0, expert, full);
+            const int slot = it % STAGES;
+            sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
+            sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::A_STAGE + T::B_STAGE);
+            sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, (kt_begin + i) * kRowBytes,
+                              tile * BLOCK_M, 0, full0 + slot * 8);
+            load_weight_boxes(slot, kt_begin + i, n0, expert);
           }
         }
     } else {
-      ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, B_TMA> loader;
+      ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, true> loader;  // A rows only
       for (int item = blockIdx.x; item < items; item += gridDim.x) {
         int tile, n0;
         grouped_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
@@ -365,20 +377,9 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           const int slot = it % STAGES;
           sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
           loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
-          if constexpr (B_TMA) {
-            // Box g: the BLOCK_N weight rows of columns n0.. in set g (stacked: from n0 + the up
-            // rows' offset; interleaved: every second row from 2 n0 + g, the map steps by 2). Rows
-            // past the expert's land as zeros; rows past n_out inside it only feed columns the
-            // epilogue skips.
-            if (tid == 0) {
-              sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::B_STAGE);
-#pragma unroll
-              for (int g = 0; g < T::G; ++g)
-                sm90::tma_load_3d(smem_b + slot * T::B_STAGE + g * BLOCK_N * kRowBytes, args.b_tensor_map,
-                                  (kt_begin + i) * kRowBytes,
-                                  activation_is_interleaved(ACT) ? 2 * n0 + g : n0 + g * args.up_row_offset, expert,
-                                  full0 + slot * 8);
-            }
+          if (tid == 0) {
+            sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::B_STAGE);
+            load_weight_boxes(slot, kt_begin + i, n0, expert);
           }
           sm90::cp_async_mbar_arrive(full0 + slot * 8);
         }
