@@ -82,12 +82,12 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
   if (block_m <= 32 && swap_ab_supported(spec, gemm1))
     for (const auto& [wn, wk, stages] : {std::tuple{4, 1, 2}, {4, 2, 2}, {4, 4, 2}, {2, 8, 2}, {8, 1, 2}, {4, 1, 4}})
       add_if_fits(swap_ab_tile(wn, wk, stages));
-  // wgmma (sm_90a prefill), plain and persistent: weight rows per tile (G * block_n) of 128, 192 or
-  // 256, ring depths.
+  // wgmma (sm_90a prefill), plain and persistent: weight rows per tile (G * block_n) of 64, 128, 192
+  // or 256 (64: finer tiles even out a decode step's wave), ring depths.
   if (block_m >= 64 && wgmma_supported(spec, limits.arch)) {
     const bool gated = gemm1 && spec.fused && activation_is_gated(spec.activation);
     for (bool persistent : {false, true})
-      for (int rows : {256, 128, 192})
+      for (int rows : {256, 128, 192, 64})
         for (int stages : {4, 3, 5, 6})
           if (rows / (gated ? 2 : 1) <= std::max<long long>(64, next_pow2(width)))
             add_if_fits(wgmma_tile(rows / (gated ? 2 : 1), stages, 0, persistent));
