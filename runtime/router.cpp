@@ -94,8 +94,18 @@ void Router::prepare() {
   sorter_.prepare();
 }
 
+bool Router::one_launch(int num_tokens) const {
+  return num_tokens > 0 && num_tokens <= kRouterFusedTokens &&
+         sorter_.config().num_local_experts <= kRouterFusedMaxLocalExperts;
+}
+
+bool Router::zeroes_for(int num_tokens, std::size_t zero_bytes) const {
+  return one_launch(num_tokens) && zero_bytes <= kRouterZeroMaxBytes && zero_bytes % 16 == 0;
+}
+
 void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CUdeviceptr correction_bias,
-                   CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m) {
+                   CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m,
+                   CUdeviceptr zero, std::size_t zero_bytes) {
   const std::size_t elem = config_.logit_type == LogitType::F32 ? 4 : 2;
   MOEJIT_REQUIRE(num_tokens >= 0 && num_tokens <= max_tokens, "routing: num_tokens = {} must be in [0, {}]",
                  num_tokens, max_tokens);
@@ -105,6 +115,9 @@ void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CU
                  row_stride, config_.num_experts);
   MOEJIT_REQUIRE(correction_bias % 4 == 0, "routing: correction_bias must be 4-byte aligned");
   MOEJIT_REQUIRE(out.topk_ids != nullptr && out.topk_weights != nullptr, "routing: result was not carved");
+  MOEJIT_REQUIRE(zero_bytes == 0 || (zeroes_for(num_tokens, zero_bytes) && zero != 0 && zero % 16 == 0),
+                 "routing: cannot zero {} bytes for {} tokens (one launch, at most {} bytes, 16-byte aligned words)",
+                 zero_bytes, num_tokens, kRouterZeroMaxBytes);
   prepare();
   RoutingFusedArgs f{};
   f.topk.logits = reinterpret_cast<const void*>(logits);
@@ -120,8 +133,10 @@ void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CU
   const int local_experts = sorter_.config().num_local_experts;  // resolved: never -1
   constexpr unsigned kThreads = kRoutingFusedThreads;
   const int padded = fused_padded_;
-  if (num_tokens > 0 && num_tokens <= kRouterFusedTokens && local_experts <= kRouterFusedMaxLocalExperts) {
+  if (one_launch(num_tokens)) {
     f.sort.num_ctas = 1;
+    f.zero = reinterpret_cast<void*>(zero);
+    f.zero_vec4 = static_cast<long long>(zero_bytes / 16);
     fused_module_->kernel("route").launch(stream, {1, 1, 1, kThreads, 1, 1, routing_fused_smem_bytes(padded, local_experts)},
                                           f);
     return;

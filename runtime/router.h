@@ -41,6 +41,9 @@ KernelSpec routing_topk_spec(const RouterConfig& config, const std::string& arch
 KernelSpec routing_fused_spec(const RouterConfig& config, const std::string& arch);
 constexpr int kRouterFusedTokens = 32;
 constexpr int kRouterFusedMaxLocalExperts = kRoutingFusedThreads;  // the one-CTA kernel's block scan over experts
+// Bytes the one-launch route kernel zeroes for its caller at most: one CTA's stores (~0.5 us); a
+// memset over the whole GPU is faster beyond.
+constexpr std::size_t kRouterZeroMaxBytes = std::size_t(64) << 10;
 
 struct RoutingResult {
   int* topk_ids = nullptr;        // [max_tokens, top_k]
@@ -65,8 +68,14 @@ class Router {
   // expert_map: [E] int32 or 0. M = 0 is a valid no-op that still writes zero totals. Up to
   // kRouterFusedTokens tokens (and at most kRouterFusedMaxLocalExperts local experts) take one
   // launch; more take three.
+  // zero / zero_bytes: a region the launch zeroes too (allowed where zeroes_for() says so).
   void route(CUstream stream, CUdeviceptr logits, long long row_stride, CUdeviceptr correction_bias,
-             CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m = 0);
+             CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m = 0,
+             CUdeviceptr zero = 0, std::size_t zero_bytes = 0);
+  // Whether route() of num_tokens tokens can zero zero_bytes bytes on the way: one launch (the route
+  // kernel), at most kRouterZeroMaxBytes, whole 16-byte words.
+  bool zeroes_for(int num_tokens, std::size_t zero_bytes) const;
+  bool one_launch(int num_tokens) const;  // route() of num_tokens tokens is the one route kernel
 
  private:
   Runtime& runtime_;

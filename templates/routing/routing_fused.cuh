@@ -59,6 +59,9 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_fused_
   int* tile_offsets = smem + E;              // [E + 1]
   unsigned short* table = reinterpret_cast<unsigned short*>(smem + 2 * E + 1);
   pdl::launch_dependents();  // the MoE layer's GEMM1 waits for this kernel on the device
+  // At M = 1 only warp 0 picks experts; the others' stores are off the critical path.
+  for (long long i = threadIdx.x; i < args.zero_vec4; i += kThreads)
+    reinterpret_cast<uint4*>(args.zero)[i] = make_uint4(0u, 0u, 0u, 0u);
   routing_fused_detail::select_and_rank<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP,
                                         LOGIT_DTYPE, TOKENS, PADDED>(args, 0, keys, rank, table, expert_total, &flags);
   for (int e = threadIdx.x; e < E; e += kThreads) s.expert_counts[e] = expert_total[e];

@@ -9,6 +9,11 @@ namespace moejit {
 struct RoutingFusedArgs {
   RoutingTopkArgs topk;  // its topk_ids / topk_weights are what sort.topk_ids reads
   RoutingSortArgs sort;  // route: num_ctas = 1, error_flags written by the kernel; topk_rank: cta_flags
+  // route only: zero_vec4 16-byte words at zero (16-byte aligned) are zeroed while routing (the MoE
+  // layer's fp32 accumulator and split-K counters of a small batch, instead of a memset before the
+  // launch). 0 = none.
+  void* zero;
+  long long zero_vec4;
 };
 
 // Threads of a routing_fused CTA: a warp per token of the CTA's 32 (one pick chain each: at M <= 32

@@ -245,4 +245,18 @@ TEST_CASE("Router: bad input is a clear error before any launch") {
   CHECK_THROWS_WITH_AS(Router(rt, {.num_experts = 64, .top_k = 9, .n_group = 8, .topk_group = 1}),
                        doctest::Contains("kept groups"), Error);
   CHECK_THROWS_WITH_AS(Router(rt, {.num_experts = 2048, .top_k = 8}), doctest::Contains("num_experts"), Error);
+  // Zeroing a caller's region on the way: only the one-launch route kernel, small, whole 16-byte
+  // words; anything else is refused before a launch (no GPU needed up to there).
+  Router r(rt, {.num_experts = 64, .top_k = 4});
+  CHECK(r.zeroes_for(1, 4096));
+  CHECK(r.zeroes_for(kRouterFusedTokens, kRouterZeroMaxBytes));
+  CHECK_FALSE(r.zeroes_for(kRouterFusedTokens + 1, 4096));
+  CHECK_FALSE(r.zeroes_for(1, kRouterZeroMaxBytes + 16));
+  CHECK_FALSE(r.zeroes_for(1, 8));
+  const CUdeviceptr fake = CUdeviceptr(1) << 20;
+  const RoutingResult res = r.carve(fake, 64);
+  CHECK_THROWS_WITH_AS(r.route(nullptr, fake, 64, 0, 0, 64, 64, res, 16, fake, 4096), doctest::Contains("cannot zero"),
+                       Error);
+  CHECK_THROWS_WITH_AS(r.route(nullptr, fake, 64, 0, 0, 1, 64, res, 16, fake + 8, 4096),
+                       doctest::Contains("cannot zero"), Error);
 }
