@@ -246,9 +246,9 @@ FamilyInfo moe_gemm_wgmma_family() {
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)",
                               smem + moe_gemm_static_smem_bytes(int(bm)), kMaxSharedBytes));
-    s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
-    s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), s.get_int("persistent") != 0));
     const bool persistent = s.get_int("persistent") != 0;
+    s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
+    s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), persistent));
     s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(persistent) ? 1 : 0);
     s.params["a_tma"] = std::int64_t(
         moe_wgmma_a_by_tma(s.get_string("role") == "gemm1" ? kRoleGemm1 : kRoleGemm2Atomic, persistent) ? 1 : 0);

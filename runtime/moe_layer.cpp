@@ -416,7 +416,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     const std::int64_t rows = static_cast<std::int64_t>(w.max_rows);
     TensorView inter;
     inter.data = q8 ? w.intermediate_q : w.intermediate;
-    inter.dtype = q8 ? ScalarType::F8E4M3 : (spec_.dtype == kDTypeBF16 ? ScalarType::BF16 : ScalarType::F16);
+    inter.dtype = q8 ? ScalarType::F8E4M3 : scalar_type_of(spec_.dtype);
     inter.rank = 3;
     inter.shape = {1, rows, spec_.intermediate};
     inter.strides = {rows * spec_.intermediate, spec_.intermediate, 1};
