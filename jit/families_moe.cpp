@@ -146,11 +146,11 @@ FamilyInfo moe_gemm_swap_ab_family() {
       int_param("block_m", "BLOCK_M", "tile rows = tokens per tile (= routing block_m): 8, 16, 24 or 32", 8, 8, 32),
       int_param("warps_n", "WARPS_N", "warps along the output columns (16 weight rows each)", 4, 1, 16),
       int_param("warps_k", "WARPS_K", "warps along k (their partial sums are added in shared memory)", 2, 1, 16),
-      int_param("stages", "STAGES", "k blocks in flight per warp (register ring)", 4, 1, 8),
+      int_param("stages", "STAGES", "k blocks in flight per warp (its cp.async ring in shared memory)", 4, 1, 16),
       derived_int("block_n", "", "output columns per CTA (8 per warp gated, else 16)"),
       derived_int("block_k", "", "k per block: four 16-byte loads of a weight row"),
       derived_int("threads", "", "threads per CTA = 32 * warps_n * warps_k"),
-      derived_int("smem_bytes", "", "dynamic shared memory per CTA (none)"),
+      derived_int("smem_bytes", "", "dynamic shared memory per CTA: the warps' weight rings"),
   };
   f.entries = {{"gemm", "moejit::moe_gemm_swap_ab_kernel", "moejit::MoeGemmArgs"}};
   f.derive = [](KernelSpec& s) {
@@ -164,14 +164,15 @@ FamilyInfo moe_gemm_swap_ab_family() {
     if (bm % 8 != 0)
       throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: block_m = {} is not a multiple of 8", bm));
     if (wn * wk > 16) throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: {} warps exceed 16", wn * wk));
-    const int regs = moe_swap_ab_data_registers(int(bm), int(s.get_int("stages")), quant);
+    const int stages = int(s.get_int("stages"));
+    const int regs = moe_swap_ab_data_registers(int(bm), stages, quant);
     const int reg_limit = static_cast<int>(std::min<std::int64_t>(255, 65536 / (32 * wn * wk)));
     if (regs > moe_swap_ab_max_data_registers(reg_limit))
       throw Error(Phase::Validate,
-                  fmt::format("moe_gemm_swap_ab: {} registers of ring, activations and sums per thread ({} stages of "
-                              "{}-bit weights, {} tokens) exceed {} at {} threads: registers would spill (fewer "
-                              "stages, tokens or warps)",
-                              regs, s.get_int("stages"), quant_weight_bits(quant), bm,
+                  fmt::format("moe_gemm_swap_ab: {} registers of weights, scales, activations and sums per thread "
+                              "({} stages of {}-bit weights, {} tokens) exceed {} at {} threads: registers would "
+                              "spill (fewer stages, tokens or warps)",
+                              regs, stages, quant_weight_bits(quant), bm,
                               moe_swap_ab_max_data_registers(reg_limit), 32 * wn * wk));
     const std::int64_t smem = moe_swap_ab_static_smem_bytes(int(bm), int(wn), int(wk));
     if (smem > kMaxStaticSharedBytes)
@@ -182,7 +183,7 @@ FamilyInfo moe_gemm_swap_ab_family() {
     s.params["block_n"] = std::int64_t(moe_swap_ab_block_n(int(wn), activation_is_gated(act)));
     s.params["block_k"] = std::int64_t(moe_swap_ab_block_k());
     s.params["threads"] = 32 * wn * wk;
-    s.params["smem_bytes"] = std::int64_t(0);
+    s.params["smem_bytes"] = std::int64_t(moe_swap_ab_ring_bytes(int(wn * wk), stages, quant));
   };
   return f;
 }

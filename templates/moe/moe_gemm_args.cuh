@@ -111,12 +111,16 @@ MOEJIT_HOST_DEVICE constexpr int moe_gemm_max_accumulators(bool gated, int quant
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_block_k() { return 128; }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_load_k(int quant) { return 128 / quant_weight_bits(quant); }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_block_n(int warps_n, bool gated) { return warps_n * (gated ? 8 : 16); }
-// Registers one thread's ring, activations and accumulators take (32-bit), and the most of them
-// that compile without spills under a per-thread limit (255, or 65536 / threads): fitted to the CPU
-// spill test over the tuner's space (NVRTC 13.0, sm_90a; e.g. bf16 block_m 32 with 3 stages spills
-// at 128 threads, block_m 16 with 2 stages does not at 512).
+// Registers one thread's landed block, the scales in flight, activations and sums take (32-bit),
+// and the most of them that compile without spills under a per-thread limit (255, or 65536 /
+// threads): fitted to the CPU spill test over the tuner's space (NVRTC 13.0, sm_90a).
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_data_registers(int block_m, int stages, int quant) {
-  return stages * 2 * (quant_weight_bits(quant) / 4) * 4 + (block_m / 8) * (16 + 4);
+  return 2 * (quant_weight_bits(quant) / 4) * 4 + stages * 4 + (block_m / 8) * (16 + 4);
+}
+// Dynamic shared memory: each warp's ring of STAGES k blocks of its 16 weight rows (128 k each:
+// 64, 128 or 256 stored bytes), 16 bytes per lane, row and load.
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_ring_bytes(int warps, int stages, int quant) {
+  return warps * stages * 2 * (quant_weight_bits(quant) / 4) * 16 * 32;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_max_data_registers(int register_limit) { return register_limit / 2 + 40; }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int warps_n, int warps_k) {

@@ -1,17 +1,22 @@
 // moe_gemm, swap-AB decode path (sm_80+): the grouped GEMM of moe_gemm_sm80.cuh for tiles of few
 // tokens (BLOCK_M = 8, 16 or 32). The weights are the mma's A operand (16 weight rows per warp fill
-// its M side) and the tile's tokens its N side (BLOCK_M / 8 n8 fragments). The weights go from
-// global memory straight into registers (16-byte loads, STAGES k blocks in flight per warp), are
-// dequantized there and fed to mma.sync: no shared-memory round trip and no barrier in the k loop,
-// which is what bounds the shared-memory path for decode (4-bit weights above all).
+// its M side) and the tile's tokens its N side (BLOCK_M / 8 n8 fragments). Each lane streams its own
+// weight bytes with 16-byte cp.async into a private slot of its warp's shared-memory ring (STAGES k
+// blocks in flight per warp, holding no registers while in flight), reads them back into registers
+// when they land, dequantizes there and feeds mma.sync: no barrier in the k loop (a lane reads only
+// what it copied itself), which is what bounds the shared-memory path for decode (4-bit weights
+// above all). A ring in registers instead held 8-16 registers per k block in flight: decode ran at
+// ~2 blocks in flight per warp and 45% of the DRAM bandwidth (ncu, gpt-oss-120b MXFP4, M = 16).
 //
 // k order. mma m16n8k16 gives lane (g = lane / 4, t = lane % 4) the A elements of rows g and g + 8
 // at k slots {2t, 2t+1, 2t+8, 2t+9}, and the B elements of column g at the same slots. A dot
-// product does not care in which order its k are visited as long as A and B agree, so lane t reads
-// CHUNK_K consecutive weights of each of its two rows with one 16-byte load (k = kb + t * CHUNK_K
-// + j) and the activations of the same k; step s of the block feeds slots {2t, 2t+1} with
-// j = 4s, 4s+1 and slots {2t+8, 2t+9} with j = 4s+2, 4s+3. A block is KB = 4 * CHUNK_K consecutive
-// k of 16 weight rows: 64 stored bytes per row, whatever the format.
+// product does not care in which order its k are visited as long as A and B agree, so lane t takes
+// 32 weights of each of its two rows as LOADS runs of one 16-byte load each (K_PER_LOAD = 32, 16 or
+// 8 weights of 4, 8 or 16 bits): run l at k = kb + K_PER_LOAD * (t + 4l), so that the four lanes of
+// a row read 64 contiguous bytes per load (whole 32-byte sectors); lane-local element j (0..31) is
+// run j / K_PER_LOAD, and the activations are read at the same k. Step s of the block feeds slots
+// {2t, 2t+1} with j = 4s, 4s+1 and slots {2t+8, 2t+9} with j = 4s+2, 4s+3. A block is KB = 128
+// consecutive k of 16 weight rows (64, 128 or 256 stored bytes per row).
 //
 // Rows of a warp: gated GEMM1 -> rows g (gate) and g + 8 (up) of output column n0 + 8 * wn + g, so
 // the epilogue pairs them in registers; otherwise output columns n0 + 16 * wn + g and + 8.
@@ -33,22 +38,18 @@
 namespace moejit {
 namespace swap_ab_detail {
 
-// 16 bytes of weights that are read once: not kept in L1.
-__device__ inline uint4 load_stream(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
+// The scale and zero-point bits of one k block of one lane's rows g and g + 8 (4-bit formats: one
+// scale group covers the lane's 32 k; fp8 blocks: the row's 128 x 128 block).
+struct LaneScales {
+  unsigned scale[2];
+  unsigned zero[2];
+};
 
-// One k block of one lane as loaded: LOADS x 16 stored bytes of rows g and g + 8, and their scale
-// and zero-point bits (4-bit formats: one scale group covers the lane's 32 k).
+// One k block of one lane as landed: LOADS x 16 stored bytes of rows g and g + 8, and their scales.
 template <int LOADS>
 struct LaneBlock {
   uint4 w[2][LOADS];
-  unsigned scale[2];
-  unsigned zero[2];
+  LaneScales s;
 };
 
 // Eight e4m3 bytes (k ascending: lo then hi) -> four f16 pairs, exactly (sm_89+).
@@ -87,11 +88,12 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;  // 128 x 128 blocks: one per k block
   constexpr bool SCALED_GROUPS = BITS == 4 || BLOCK_SCALED;  // scales loaded per k block
   constexpr int EB = quant_activation_bytes(QUANT);  // bytes per activation element
+  constexpr bool HAS_ZERO = QUANT == kQuantInt4Group;  // zero points exist for int4 alone
   constexpr int MMA_DTYPE = FP8 ? kDTypeF16 : DTYPE;
   static_assert(!FP8 || KB == kQuantFp8BlockSize, "a k block is one fp8 scale block");
   static_assert(K_PER_LOAD * BITS == 128 && LOADS * K_PER_LOAD == 32, "whole 16-byte loads per lane chunk");
   static_assert(BLOCK_M % 8 == 0 && NF >= 1 && NF <= 4, "BLOCK_M is 8, 16, 24 or 32");
-  static_assert(STAGES >= 1 && STAGES <= 8, "1..8 k blocks in flight");
+  static_assert(STAGES >= 1 && STAGES <= 16, "1..16 k blocks in flight");
 
   pdl::wait();
   pdl::launch_dependents();
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   }
 
   // k blocks of this CTA (its split) and of this warp: b = b_begin + wk, + WARPS_K, ...; lane t
-  // reads k [b * KB + 32t, +32) of each block, loads past k_limit read nothing (zeros).
+  // reads its runs of each block (k order above), loads past the reduction length read nothing (zeros).
   const int blocks = (args.inner + KB - 1) / KB;
   const int per_split = args.k_tiles_per_split > 0 ? args.k_tiles_per_split : blocks;
   const int b_begin = blockIdx.z * per_split;
@@ -135,14 +137,17 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
   const int b_first = b_begin + wk;
   // The ring turn's first block and this lane's k left from it (pointers below follow it).
   int b_base = b_first;
-  int k_left = args.inner - (b_first * KB + t * 32);
+  constexpr int RUN_STRIDE = 4 * K_PER_LOAD;  // k from one of a lane's runs to its next
+  int k_left = args.inner - (b_first * KB + K_PER_LOAD * t);
 
   // Pointers at block b_first; the ring reads block b_first + i * WARPS_K at compile-time offsets.
   constexpr int kScaleBytes = QUANT == kQuantInt4Group ? 2 : BLOCK_SCALED ? 4 : 1;
   const unsigned char* w_ptr[2];
   const unsigned char* scale_ptr[2];  // 4-bit formats: this lane's scale of its row at b_first
   const unsigned char* zero_ptr[2];
-  const int k_first = b_first * KB + t * 32;
+  // The lane's first run at b_first (4-bit: its whole chunk, one scale group; fp8 blocks: the
+  // block's scale whatever the run).
+  const int k_first = b_first * KB + K_PER_LOAD * t;
   const int scale_step = (WARPS_K * KB) >> args.b_scale_k_shift;  // scales per ring step
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -175,18 +180,26 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
       }
   }
 
-  // Block b_base + i * WARPS_K (i is a compile-time step when unrolled).
-  auto load_block = [&](int i) {
-    LaneBlock<LOADS> v;
+  // This lane's slots of its warp's ring: slot (stage s, row h, load l) at [(s * 2 + h) * LOADS + l]
+  // x 32 lanes, so a warp's 16-byte copies and reads are contiguous (conflict-free).
+  extern __shared__ __align__(16) uint4 s_ring[];  // [warps][STAGES][2][LOADS][32]
+  uint4* const lane_ring = s_ring + warp * (STAGES * 2 * LOADS * 32) + lane;
+  auto ring_slot = [&](int s, int h, int l) -> uint4& { return lane_ring[((s * 2 + h) * LOADS + l) * 32]; };
+
+  // Starts block b_base + i * WARPS_K (i is a compile-time step when unrolled) into ring stage s:
+  // the weights by cp.async (zero-filled past k_limit), the scales into registers.
+  auto issue_block = [&](int i, int s) {
+    LaneScales v;
     const int kb = i * WARPS_K * KB;  // k of the block relative to the turn's
     const bool in_block = b_base + i * WARPS_K < b_end;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      if (in_block) {
 #pragma unroll
-      for (int l = 0; l < LOADS; ++l) {
-        const bool valid = in_block && kb + l * K_PER_LOAD < k_left;
-        v.w[h][l] = valid ? load_stream(w_ptr[h] + static_cast<long long>(i) * WARPS_K * ROW_BYTES + l * 16)
-                          : make_uint4(0u, 0u, 0u, 0u);
+        for (int l = 0; l < LOADS; ++l)
+          sm80::cp_async_16(sm80::smem_addr(&ring_slot(s, h, l)),
+                            w_ptr[h] + static_cast<long long>(i) * WARPS_K * ROW_BYTES + l * RUN_STRIDE * BITS / 8,
+                            kb + l * RUN_STRIDE < k_left);
       }
       v.scale[h] = 0u;
       v.zero[h] = 8u;
@@ -199,10 +212,11 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
             v.scale[h] = __float_as_uint(__ldg(reinterpret_cast<const float*>(scale_ptr[h]) + i * scale_step));
           else
             v.scale[h] = __ldg(scale_ptr[h] + i * scale_step);
-          if (zero_ptr[h]) v.zero[h] = __ldg(zero_ptr[h] + i * scale_step);
+          if (HAS_ZERO && zero_ptr[h]) v.zero[h] = __ldg(zero_ptr[h] + i * scale_step);
         }
       }
     }
+    sm80::cp_async_commit();  // one group per block, empty past b_end: the waits count blocks
     return v;
   };
 
@@ -219,13 +233,13 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
     if constexpr (QUANT == kQuantNone) {
       return raw;
     } else if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
-      if (!exact_mxfp4) return dequant::mxfp4x8_bf16_scaled(word[q], dequant::mxfp4_bf16_factor(v.scale[h]));
-      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scale[h]), 0.f);
+      if (!exact_mxfp4) return dequant::mxfp4x8_bf16_scaled(word[q], dequant::mxfp4_bf16_factor(v.s.scale[h]));
+      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.s.scale[h]), 0.f);
     } else if constexpr (QUANT == kQuantMxfp4) {
-      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scale[h]), 0.f);
+      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.s.scale[h]), 0.f);
     } else if constexpr (QUANT == kQuantInt4Group) {
-      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, sm80::to_float<DTYPE>(static_cast<unsigned short>(v.scale[h])),
-                                              static_cast<float>(v.zero[h]));
+      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, sm80::to_float<DTYPE>(static_cast<unsigned short>(v.s.scale[h])),
+                                              static_cast<float>(v.s.zero[h]));
     } else if constexpr (FP8) {  // e4m3 -> f16, group q is half q % 2 of load q / 2
       return e4m3x8_to_f16(word[2 * (q % 2)], word[2 * (q % 2) + 1]);
     } else {  // int8: as fp8
@@ -235,17 +249,20 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
 
   auto compute_block = [&](const LaneBlock<LOADS>& v, int i) {
     const int kb = i * WARPS_K * KB;  // relative to the turn's
-    // Activations of the chunk for each token, 8 k per load (zeros past the end: 0 * a
-    // non-finite weight would otherwise poison the sum).
-    constexpr int X_LOADS = 32 * EB / 16;
+    // Activations of the lane's elements for each token, XK per load, in the weights' run order
+    // (zeros past the end: 0 * a non-finite weight would otherwise poison the sum).
+    constexpr int XK = 16 / EB;
+    constexpr int X_LOADS = 32 / XK;
+    static_assert(K_PER_LOAD % XK == 0, "an activation load stays inside one weight run");
     uint4 xr[NF][X_LOADS];
 #pragma unroll
     for (int f = 0; f < NF; ++f)
 #pragma unroll
-      for (int l = 0; l < X_LOADS; ++l)
-        xr[f][l] = kb + l * (16 / EB) < k_left
-                       ? __ldg(reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(kb) * EB) + l)
-                       : make_uint4(0u, 0u, 0u, 0u);
+      for (int l = 0; l < X_LOADS; ++l) {
+        const int k = kb + (l * XK / K_PER_LOAD) * RUN_STRIDE + (l * XK) % K_PER_LOAD;
+        xr[f][l] = k < k_left ? __ldg(reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(k) * EB))
+                              : make_uint4(0u, 0u, 0u, 0u);
+      }
     // Eight activations (four MMA_DTYPE pairs) of group q for fragment f.
     auto x_group = [&](int f, int q) {
       if constexpr (FP8) {
@@ -262,22 +279,32 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
 #pragma unroll
       for (int e = 0; e < 4; ++e) part[f][e] = 0.f;
     float (&sums)[NF][4] = BLOCK_SCALED ? part : acc;
-    // Scales above 2 (and NaN) make the folded MXFP4 multiply overflow: the block goes the exact way.
-    bool exact_mxfp4 = false;
-    if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16)
-      exact_mxfp4 = __any_sync(0xffffffffu, !dequant::mxfp4_bf16_factor_fits(v.scale[0]) ||
-                                                !dequant::mxfp4_bf16_factor_fits(v.scale[1]));
+    // The block's mma chain, called with a literal flag in each branch below: inlined, each variant is
+    // one branch-free run of dequantization and mma the scheduler can interleave.
+    auto mma_block = [&](bool EXACT_MXFP4) {
 #pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const uint4 p0 = dequant_group(v, 0, q, exact_mxfp4), p1 = dequant_group(v, 1, q, exact_mxfp4);
-      const unsigned a0[4] = {p0.x, p1.x, p0.y, p1.y};  // step 2q: k 8q + 0..3
-      const unsigned a1[4] = {p0.z, p1.z, p0.w, p1.w};  // step 2q + 1: k 8q + 4..7
+      for (int q = 0; q < 4; ++q) {
+        const uint4 p0 = dequant_group(v, 0, q, EXACT_MXFP4), p1 = dequant_group(v, 1, q, EXACT_MXFP4);
+        const unsigned a0[4] = {p0.x, p1.x, p0.y, p1.y};  // step 2q: k 8q + 0..3
+        const unsigned a1[4] = {p0.z, p1.z, p0.w, p1.w};  // step 2q + 1: k 8q + 4..7
 #pragma unroll
-      for (int f = 0; f < NF; ++f) {
-        const uint4 x = x_group(f, q);
-        sm80::mma_16816<MMA_DTYPE>(sums[f], a0, x.x, x.y);
-        sm80::mma_16816<MMA_DTYPE>(sums[f], a1, x.z, x.w);
+        for (int f = 0; f < NF; ++f) {
+          const uint4 x = x_group(f, q);
+          sm80::mma_16816<MMA_DTYPE>(sums[f], a0, x.x, x.y);
+          sm80::mma_16816<MMA_DTYPE>(sums[f], a1, x.z, x.w);
+        }
       }
+    };
+    // Scales above 2 (and NaN) make the folded MXFP4 multiply overflow: the block goes the exact way
+    // (decided once per block and warp, not per weight word).
+    if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
+      if (__any_sync(0xffffffffu, !dequant::mxfp4_bf16_factor_fits(v.s.scale[0]) ||
+                                      !dequant::mxfp4_bf16_factor_fits(v.s.scale[1])))
+        mma_block(true);
+      else
+        mma_block(false);
+    } else {
+      mma_block(false);
     }
     if constexpr (BLOCK_SCALED) {
       const int block = b_base + i * WARPS_K;
@@ -287,22 +314,28 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
         for (int j = 0; j < 2; ++j) {
           const float a_sc = __ldg(args.a_scale + a_row[f][j] * args.a_scale_ld + block);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) acc[f][2 * h + j] += part[f][2 * h + j] * (a_sc * __uint_as_float(v.scale[h]));
+          for (int h = 0; h < 2; ++h) acc[f][2 * h + j] += part[f][2 * h + j] * (a_sc * __uint_as_float(v.s.scale[h]));
         }
     }
   };
 
-  // Register ring: STAGES blocks in flight; each consumed slot is refilled with the block STAGES
-  // further on before the consumed one is computed, so loads stay in flight through the math.
+  // Ring: STAGES blocks in flight per warp; each landed stage is read into registers, refilled with
+  // the block STAGES further on, then computed, so the copies stay in flight through the math.
   {
-    LaneBlock<LOADS> ring[STAGES];
+    LaneScales scales[STAGES];
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) ring[s] = load_block(s);
+    for (int s = 0; s < STAGES; ++s) scales[s] = issue_block(s, s);
     for (; b_base < b_end;) {
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) {
-        const LaneBlock<LOADS> cur = ring[s];
-        ring[s] = load_block(s + STAGES);
+        sm80::cp_async_wait<STAGES - 1>();  // this lane's copies of stage s have landed
+        LaneBlock<LOADS> cur;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int l = 0; l < LOADS; ++l) cur.w[h][l] = ring_slot(s, h, l);
+        cur.s = scales[s];
+        scales[s] = issue_block(s + STAGES, s);
         if (b_base + s * WARPS_K < b_end) compute_block(cur, s);
       }
       // Advance to the next ring turn.
@@ -312,7 +345,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
         w_ptr[h] += static_cast<long long>(turn) * ROW_BYTES;
         if constexpr (SCALED_GROUPS) {
           scale_ptr[h] += kScaleBytes * STAGES * scale_step;
-          if (zero_ptr[h]) zero_ptr[h] += STAGES * scale_step;
+          if (HAS_ZERO && zero_ptr[h]) zero_ptr[h] += STAGES * scale_step;
         }
       }
 #pragma unroll
@@ -320,6 +353,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_ker
       b_base += turn;
       k_left -= turn * KB;
     }
+    sm80::cp_async_wait<0>();  // the empty tail groups: nothing left in flight at exit
   }
 
   // Sum the WARPS_K partial sums in warp order.

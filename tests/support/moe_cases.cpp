@@ -255,16 +255,21 @@ std::vector<MoeKernelCase> moe_swap_ab_cases() {
   std::vector<MoeKernelCase> out;
   for (const MoeSpec& spec : specs)
     for (int bm : {8, 16, 32})
-      for (int variant = 0; variant < 3; ++variant) {
+      for (int variant = 0; variant < 4; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
         // One warp column and many along k; several columns with a ring of one; two along k with
-        // GEMM2 split over three CTAs (k blocks not a multiple of it).
+        // GEMM2 split over three CTAs (k blocks not a multiple of it); rings deeper than the k
+        // blocks (most of a turn's copies are empty groups).
         if (variant == 0) c.gemm1 = c.gemm2 = swap_ab_tile(1, 4, 2);
         if (variant == 1) c.gemm1 = c.gemm2 = swap_ab_tile(8, 1, 1);
         if (variant == 2) {
           c.gemm1 = swap_ab_tile(4, 2, 2);
           c.gemm2 = swap_ab_tile(2, 2, 2, spec.fused ? 3 : 1);
+        }
+        if (variant == 3) {
+          c.gemm1 = swap_ab_tile(2, 1, 8);
+          c.gemm2 = swap_ab_tile(4, 2, 5);
         }
         out.push_back({spec, c, {1, 7, 40}});
       }
