@@ -78,9 +78,11 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
     (gemm1 ? c.gemm1 : c.gemm2) = t;
     if (config_fits(spec, c, limits)) out.push_back(t);
   };
-  // Swap-AB (decode): warps along the columns x along k, and k blocks in flight per warp.
+  // Swap-AB (decode): warps along the columns x along k, and k blocks in flight per warp (a
+  // shared-memory ring: depth costs no registers, but 3 won over 2 and 4 for 4-bit and fp8 decode).
   if (block_m <= 32 && swap_ab_supported(spec, gemm1))
-    for (const auto& [wn, wk, stages] : {std::tuple{4, 1, 2}, {4, 2, 2}, {4, 4, 2}, {2, 8, 2}, {8, 1, 2}, {4, 1, 4}})
+    for (const auto& [wn, wk, stages] :
+         {std::tuple{4, 1, 2}, {4, 2, 2}, {4, 4, 2}, {2, 8, 2}, {8, 1, 2}, {4, 1, 4}, {4, 1, 3}, {8, 1, 3}})
       add_if_fits(swap_ab_tile(wn, wk, stages));
   // wgmma (sm_90a prefill), plain and persistent: weight rows per tile (G * block_n) of 64, 128, 192
   // or 256 (64: finer tiles even out a decode step's wave), ring depths.

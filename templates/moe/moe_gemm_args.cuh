@@ -3,6 +3,7 @@
 #pragma once
 
 #include "common/host_device.cuh"
+#include "common/dtype_kinds.cuh"
 #include "moe/quant_kinds.cuh"
 
 namespace moejit {
@@ -123,6 +124,15 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_ring_bytes(int warps, int stages, i
   return warps * stages * 2 * (quant_weight_bits(quant) / 4) * 16 * 32;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_max_data_registers(int register_limit) { return register_limit / 2 + 40; }
+// CTAs per SM the kernel is compiled for (__launch_bounds__'s minimum). Left alone, ptxas took
+// ~96-128 registers and 20 warps an SM; compiled for 768 threads an SM (85 registers), 8-token tiles
+// ran 3-9% faster (H200 decode: gpt-oss MXFP4, DeepSeek-V3 fp8_block, Qwen3 int4): warps in flight,
+// not ring depth, hide the latency. Only where that fits without spills (the CPU spill test over
+// the tuner's space): one n8 fragment, up to 4 stages, and not MXFP4 into f16 (through fp32).
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_min_ctas(int block_m, int stages, int quant, int dtype, int threads) {
+  const bool fits = block_m == 8 && stages <= 4 && !(quant == kQuantMxfp4 && dtype == kDTypeF16);
+  return fits && threads < 768 ? 768 / threads : 1;
+}
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int warps_n, int warps_k) {
   return 12 * block_m + (warps_k > 1 ? warps_k - 1 : 1) * warps_n * (block_m / 8) * 4 * 32 * 4;
 }

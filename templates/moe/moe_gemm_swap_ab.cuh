@@ -71,7 +71,9 @@ __device__ inline uint4 e4m3x8_to_f16(unsigned lo, unsigned hi) {
 }  // namespace swap_ab_detail
 
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int WARPS_N, int WARPS_K, int STAGES>
-__global__ void __launch_bounds__(WARPS_N* WARPS_K * 32, 1) moe_gemm_swap_ab_kernel(const MoeGemmArgs args) {
+__global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
+                                  moe_swap_ab_min_ctas(BLOCK_M, STAGES, QUANT, DTYPE, WARPS_N* WARPS_K * 32))
+    moe_gemm_swap_ab_kernel(const MoeGemmArgs args) {
   using namespace swap_ab_detail;
   constexpr bool GATED = activation_is_gated(ACT);
   constexpr int BITS = quant_weight_bits(QUANT);
