@@ -129,6 +129,14 @@ bool MoeLayer::tuned() const {
   return !tuned_.empty();
 }
 
+void MoeLayer::require_fits_device(const std::vector<KernelSpec>& specs, int block_m) const {
+  const int smem_limit = runtime_.device().info().max_shared_per_block_optin;
+  for (const auto& s : specs)
+    MOEJIT_REQUIRE(moe_gemm_shared_bytes(s, block_m) <= smem_limit,
+                   "{} needs {} bytes of shared memory per CTA, the device allows {}", s.family,
+                   moe_gemm_shared_bytes(s, block_m), smem_limit);
+}
+
 void MoeLayer::load_tuned() {
   {
     std::lock_guard<std::mutex> lock(tuned_mutex_);
@@ -136,13 +144,9 @@ void MoeLayer::load_tuned() {
   }
   std::vector<TunedEntry> usable;
   const std::string arch = runtime_.device_arch();
-  const int smem_limit = runtime_.device().info().max_shared_per_block_optin;
   for (const auto& e : runtime_.tuned_entries(tuned_shape_key(spec_))) {
     try {
-      for (const auto& s : moe_expert_kernel_specs(spec_, e.config, arch))
-        MOEJIT_REQUIRE(moe_gemm_shared_bytes(s, e.config.block_m) <= smem_limit,
-                       "needs {} bytes of shared memory, the device allows {}", moe_gemm_shared_bytes(s, e.config.block_m),
-                       smem_limit);
+      require_fits_device(moe_expert_kernel_specs(spec_, e.config, arch), e.config.block_m);
       usable.push_back(e);
     } catch (const Error& err) {
       log(LogLevel::Warn, "moe: tuned config {} for M={} is not usable here ({}); using the heuristic there",
@@ -284,6 +288,7 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
   for (const auto& k : kernels_)
     if (k->config == config) return *k;
   const auto specs = moe_expert_kernel_specs(spec_, config, runtime_.device_arch());
+  require_fits_device(specs, config.block_m);  // a clear error before any launch, not a failed one
   runtime_.compile_all(specs);
   auto k = std::make_unique<Kernels>();
   k->config = config;

@@ -130,6 +130,8 @@ class MoeLayer {
   struct Workspace;
   Workspace carve(const MoeForwardArgs& args, int num_tokens) const;
   const Kernels& kernels_for(const MoeTileConfig& config);
+  // Every GEMM of `specs` fits this device's shared memory per CTA (an Error naming it otherwise).
+  void require_fits_device(const std::vector<KernelSpec>& specs, int block_m) const;
   void load_tuned();  // once, on a GPU: the tuned buckets of this shape (memory only afterwards)
   void tune_now(int max_tokens);  // MOEJIT_TUNE=1 and nothing tuned: tune, save, use
 

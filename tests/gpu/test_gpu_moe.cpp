@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "moe_gpu_util.h"
 #include "autotune/tuned_db.h"
 #include "jit/moe_names.h"
@@ -174,6 +176,20 @@ TEST_CASE("gpu moe: the swap-AB kernel equals the fp64 reference in every weight
   if (!gpu_or_skip(rt, "gpu moe swap-AB")) return;
   const int checked = check_kernel_cases(rt, moe_swap_ab_cases(), 1300, "swap-AB");
   MESSAGE(fmt::format("{} swap-AB forwards checked against the fp64 reference", checked));
+  // A ring beyond the device's shared memory (16 warps x 8 stages of 16-bit rows: 512 KiB) is a
+  // clear error before any launch, and the output stays as it was.
+  MoeSpec spec = moe_swap_ab_cases().front().spec;
+  spec.quant = kQuantNone;
+  spec.validate();
+  MoeRun r = make_moe_run(rt, spec, 4, 1390);
+  MoeTileConfig huge;
+  huge.block_m = 8;
+  huge.gemm1 = huge.gemm2 = swap_ab_tile(4, 4, 8);
+  r.problem->poison();
+  CHECK_THROWS_WITH_AS(r.layer->forward_with_config(nullptr, r.problem->args(4, true), huge),
+                       doctest::Contains("bytes of shared memory per CTA"), Error);
+  const auto out = r.problem->output_bits(4);  // nothing ran: still the bf16 NaN poison
+  CHECK(std::all_of(out.begin(), out.end(), [](std::uint16_t b) { return b == 0x7fc0; }));
 }
 
 // The sm_90a wgmma kernel (prefill): warpgroup MMA from a 128-byte-swizzled cp.async ring, plain
