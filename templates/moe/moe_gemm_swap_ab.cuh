@@ -49,7 +49,7 @@ struct LaneScales {
 template <int LOADS>
 struct LaneBlock {
   uint4 w[2][LOADS];
-  LaneScales s;
+  LaneScales scales;
 };
 
 // Eight e4m3 bytes (k ascending: lo then hi) -> four f16 pairs, exactly (sm_89+).
@@ -185,6 +185,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // This lane's slots of its warp's ring: slot (stage s, row h, load l) at [(s * 2 + h) * LOADS + l]
   // x 32 lanes, so a warp's 16-byte copies and reads are contiguous (conflict-free).
   extern __shared__ __align__(16) uint4 s_ring[];  // [warps][STAGES][2][LOADS][32]
+  static_assert(WARPS_N * WARPS_K * STAGES * 2 * LOADS * 32 * 16 == moe_swap_ab_ring_bytes(WARPS_N * WARPS_K, STAGES, QUANT),
+                "the host sizes the ring with moe_swap_ab_ring_bytes");
   uint4* const lane_ring = s_ring + warp * (STAGES * 2 * LOADS * 32) + lane;
   auto ring_slot = [&](int s, int h, int l) -> uint4& { return lane_ring[((s * 2 + h) * LOADS + l) * 32]; };
 
@@ -235,13 +237,13 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     if constexpr (QUANT == kQuantNone) {
       return raw;
     } else if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
-      if (!exact_mxfp4) return dequant::mxfp4x8_bf16_scaled(word[q], dequant::mxfp4_bf16_factor(v.s.scale[h]));
-      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.s.scale[h]), 0.f);
+      if (!exact_mxfp4) return dequant::mxfp4x8_bf16_scaled(word[q], dequant::mxfp4_bf16_factor(v.scales.scale[h]));
+      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scales.scale[h]), 0.f);
     } else if constexpr (QUANT == kQuantMxfp4) {
-      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.s.scale[h]), 0.f);
+      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scales.scale[h]), 0.f);
     } else if constexpr (QUANT == kQuantInt4Group) {
-      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, sm80::to_float<DTYPE>(static_cast<unsigned short>(v.s.scale[h])),
-                                              static_cast<float>(v.s.zero[h]));
+      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, sm80::to_float<DTYPE>(static_cast<unsigned short>(v.scales.scale[h])),
+                                              static_cast<float>(v.scales.zero[h]));
     } else if constexpr (FP8) {  // e4m3 -> f16, group q is half q % 2 of load q / 2
       return e4m3x8_to_f16(word[2 * (q % 2)], word[2 * (q % 2) + 1]);
     } else {  // int8: as fp8
@@ -300,8 +302,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     // Scales above 2 (and NaN) make the folded MXFP4 multiply overflow: the block goes the exact way
     // (decided once per block and warp, not per weight word).
     if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
-      if (__any_sync(0xffffffffu, !dequant::mxfp4_bf16_factor_fits(v.s.scale[0]) ||
-                                      !dequant::mxfp4_bf16_factor_fits(v.s.scale[1])))
+      if (__any_sync(0xffffffffu, !dequant::mxfp4_bf16_factor_fits(v.scales.scale[0]) ||
+                                      !dequant::mxfp4_bf16_factor_fits(v.scales.scale[1])))
         mma_block(true);
       else
         mma_block(false);
@@ -316,7 +318,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         for (int j = 0; j < 2; ++j) {
           const float a_sc = __ldg(args.a_scale + a_row[f][j] * args.a_scale_ld + block);
 #pragma unroll
-          for (int h = 0; h < 2; ++h) acc[f][2 * h + j] += part[f][2 * h + j] * (a_sc * __uint_as_float(v.s.scale[h]));
+          for (int h = 0; h < 2; ++h) acc[f][2 * h + j] += part[f][2 * h + j] * (a_sc * __uint_as_float(v.scales.scale[h]));
         }
     }
   };
@@ -324,9 +326,9 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // Ring: STAGES blocks in flight per warp; each landed stage is read into registers, refilled with
   // the block STAGES further on, then computed, so the copies stay in flight through the math.
   {
-    LaneScales scales[STAGES];
+    LaneScales scales_in_flight[STAGES];
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) scales[s] = issue_block(s, s);
+    for (int s = 0; s < STAGES; ++s) scales_in_flight[s] = issue_block(s, s);
     for (; b_base < b_end;) {
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) {
@@ -336,8 +338,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int l = 0; l < LOADS; ++l) cur.w[h][l] = ring_slot(s, h, l);
-        cur.s = scales[s];
-        scales[s] = issue_block(s + STAGES, s);
+        cur.scales = scales_in_flight[s];
+        scales_in_flight[s] = issue_block(s + STAGES, s);
         if (b_base + s * WARPS_K < b_end) compute_block(cur, s);
       }
       // Advance to the next ring turn.
