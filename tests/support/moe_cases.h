@@ -46,6 +46,9 @@ std::vector<MoeKernelCase> moe_swap_ab_cases();
 // CTAs, plain and persistent; fp8 w8a8 with block / channel / tensor scales on both variants.
 // Tokens 40 and 300 (several row tiles per expert).
 std::vector<MoeKernelCase> moe_wgmma_cases();
+// GEMM2's top-k sum walking column bands (an fp32 output beyond half of L2): bf16 and fp8_block,
+// the plain and the persistent wgmma kernel, at M = 1500 and 2048.
+std::vector<MoeKernelCase> moe_band_walk_cases();
 
 // Every tile config the tuner may pick (for a device with 227 KiB of shared memory per CTA), on
 // layers with K and N tails, gated and not: each must compute the same function.
