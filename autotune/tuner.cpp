@@ -218,7 +218,9 @@ std::vector<TuneResult> MoeTuner::run() {
     auto try_all = [&](const std::vector<MoeTileConfig>& candidates, const char* stage) {
       std::vector<std::future<void>> compiles;
       for (const auto& c : candidates)
-        compiles.push_back(std::async(std::launch::async, [&, c] { runtime_.compile_all(moe_expert_kernel_specs(spec_, c, arch)); }));
+        compiles.push_back(std::async(std::launch::async, [&, c] {
+          runtime_.compile_all(moe_expert_kernel_specs(spec_, c, arch, moe_gemm2_rows16(spec_, m) && c.gemm2.split_k <= 1));
+        }));
       for (std::size_t i = 0; i < candidates.size(); ++i) {
         const bool over = options_.budget_s > 0 && elapsed() > options_.budget_s && best_us > 0;
         double us = -1;

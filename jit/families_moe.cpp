@@ -36,10 +36,11 @@ ParamDesc activation_param(const std::string& def) {
 int activation_code(const KernelSpec& s) { return parse_activation(s.get_string("activation")); }
 
 ParamDesc gemm_role_param() {
-  return enum_param("role", "ROLE", "gemm1 (gather + activation) or gemm2 (rows, or atomic top-k sum)", "gemm1",
+  return enum_param("role", "ROLE", "gemm1 (gather + activation) or gemm2 (fp32 rows, atomic top-k sum, or dtype rows)", "gemm1",
                     {{"gemm1", "moejit::kRoleGemm1"},
                      {"gemm2_rows", "moejit::kRoleGemm2Rows"},
-                     {"gemm2_atomic", "moejit::kRoleGemm2Atomic"}});
+                     {"gemm2_atomic", "moejit::kRoleGemm2Atomic"},
+                     {"gemm2_rows16", "moejit::kRoleGemm2Rows16"}});
 }
 
 void check_gemm_role_activation(const KernelSpec& s, int act) {
@@ -278,10 +279,11 @@ FamilyInfo moe_reduce_family() {
   FamilyInfo f;
   f.name = "moe_reduce";
   f.header = "moe/moe_epilogue.cuh";
-  f.doc = "top-k sum of per-slot fp32 rows in slot order (deterministic), and the fp32 -> dtype cast";
+  f.doc = "top-k sum of per-slot fp32 (deterministic) or dtype rows in slot order, and the fp32 -> dtype cast";
   f.params = {dtype_param(), int_param("top_k", "TOPK", "experts per token", std::nullopt, 1, 32),
               derived_int("threads", "THREADS", "threads per CTA")};
   f.entries = {{"reduce", "moejit::moe_reduce_kernel", "moejit::MoeReduceArgs"},
+               {"reduce16", "moejit::moe_reduce16_kernel", "moejit::MoeReduceArgs"},
                {"cast", "moejit::moe_cast_kernel", "moejit::MoeReduceArgs"}};
   f.derive = [](KernelSpec& s) { s.params["threads"] = kElementwiseThreads; };
   return f;

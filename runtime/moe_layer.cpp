@@ -46,6 +46,9 @@ std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
 // GEMM1's split-K partial sums ([kMoeMaxSplitK][M * top_k][W1 rows] fp32) are reserved only while
 // they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.
 constexpr std::size_t kSplitKPartialCapBytes = std::size_t(16) << 20;
+// GEMM2's fp32 top-k adds from which the fast mode stores DTYPE rows and sums them in a second kernel
+// (moe_gemm2_rows16). TEMP: set from the H200 A/B below.
+constexpr long long kMoeRows16MinAddBytes = 64LL << 20;
 
 // CTAs of `kernel` one SM holds at once (threads, registers, shared memory): split-K fills one wave.
 int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device) {
@@ -80,10 +83,12 @@ unsigned elementwise_blocks(long long work_items, int threads) {
 
 struct MoeLayer::Kernels {
   MoeTileConfig config;
+  bool gemm2_rows16 = false;  // GEMM2 stores DTYPE rows by slot; reduce16 sums them
   std::vector<std::shared_ptr<const Module>> modules;  // keep the functions alive
   const Kernel* gemm1 = nullptr;
   const Kernel* gemm2 = nullptr;
   const Kernel* reduce = nullptr;
+  const Kernel* reduce16 = nullptr;
   const Kernel* cast = nullptr;
   const Kernel* activation = nullptr;  // unfused only
   const Kernel* act_quant = nullptr;   // w8a8 only: activations -> e4m3 before each GEMM
@@ -165,7 +170,14 @@ long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m) {
   return gemm.get_int("smem_bytes") + moe_gemm_static_smem_bytes(block_m);
 }
 
-std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch) {
+bool moe_gemm2_rows16(const MoeSpec& spec, long long num_tokens) {
+  if (!spec.fused || spec.reduce != ReduceMode::Fast) return false;
+  if (const char* e = std::getenv("MOEJIT_ROWS16")) return std::atoi(e) != 0;  // TEMP experiment
+  return num_tokens * spec.top_k * spec.hidden * 4 >= kMoeRows16MinAddBytes;
+}
+
+std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch,
+                                                bool gemm2_rows16) {
   const std::string dtype = dtype_name(spec.dtype);
   // One GEMM's spec: the parameters every moe_gemm family shares, then the family's own.
   auto gemm = [&](const char* role, int act, const GemmTile& t) {
@@ -219,10 +231,12 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                              {"stages", std::int64_t(t.stages)}});
   };
   const bool atomic = spec.fused && spec.reduce == ReduceMode::Fast;
+  MOEJIT_REQUIRE(!gemm2_rows16 || (atomic && c.gemm2.split_k <= 1),
+                 "moe: GEMM2's DTYPE rows need the fused fast mode and an unsplit GEMM2 (tile config {})", c.describe());
   // Order matters: MoeLayer::kernels_for indexes these.
   std::vector<KernelSpec> specs = {
       gemm("gemm1", spec.fused ? spec.activation : kActNone, c.gemm1),
-      gemm(atomic ? "gemm2_atomic" : "gemm2_rows", kActNone, c.gemm2),
+      gemm(!atomic ? "gemm2_rows" : gemm2_rows16 ? "gemm2_rows16" : "gemm2_atomic", kActNone, c.gemm2),
       complete_spec({"moe_reduce", arch, {{"dtype", dtype}, {"top_k", std::int64_t(spec.top_k)}}}),
   };
   if (!spec.fused)
@@ -239,8 +253,11 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
       routing_fused_spec(router, arch),
       RoutingSorter::spec_for({.num_experts = router.num_experts, .top_k = router.top_k}, arch)};
   for (const auto& config : heuristic_tile_configs(spec, max_tokens, arch))
-    for (auto& s : moe_expert_kernel_specs(spec, config, arch))
-      if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
+    for (bool rows16 : {false, true}) {
+      if (rows16 && !(moe_gemm2_rows16(spec, max_tokens) && config.gemm2.split_k <= 1)) continue;
+      for (auto& s : moe_expert_kernel_specs(spec, config, arch, rows16))
+        if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
+    }
   return out;
 }
 
@@ -276,28 +293,36 @@ void MoeLayer::prepare(int max_tokens) {
     for (const auto& e : tuned_)  // every bucket up to max_tokens, and the one nearest above it
       if (e.m <= max_tokens || configs.empty() || e.m == tuned_.back().m) configs.push_back(e.config);
   }
+  // GEMM2's DTYPE-row variant too where a batch up to max_tokens uses it (moe_gemm2_rows16).
+  auto rows16_for = [&](const MoeTileConfig& c) { return moe_gemm2_rows16(spec_, max_tokens) && c.gemm2.split_k <= 1; };
   std::vector<KernelSpec> specs = moe_layer_kernel_specs(spec_, 1, arch);
   for (const auto& c : configs)
-    for (auto& s : moe_expert_kernel_specs(spec_, c, arch)) specs.push_back(std::move(s));
+    for (bool rows16 : {false, true})
+      if (!rows16 || rows16_for(c))
+        for (auto& s : moe_expert_kernel_specs(spec_, c, arch, rows16)) specs.push_back(std::move(s));
   runtime_.compile_all(specs);
   router_.prepare();
-  for (const auto& config : configs) kernels_for(config);
+  for (const auto& config : configs)
+    for (bool rows16 : {false, true})
+      if (!rows16 || rows16_for(config)) kernels_for(config, rows16);
 }
 
-const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config) {
+const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool gemm2_rows16) {
   std::lock_guard<std::mutex> lock(mutex_);
   // A handful of configs per layer: a linear search, and no string built on every forward.
   for (const auto& k : kernels_)
-    if (k->config == config) return *k;
-  const auto specs = moe_expert_kernel_specs(spec_, config, runtime_.device_arch());
+    if (k->config == config && k->gemm2_rows16 == gemm2_rows16) return *k;
+  const auto specs = moe_expert_kernel_specs(spec_, config, runtime_.device_arch(), gemm2_rows16);
   require_fits_device(specs, config.block_m);  // a clear error before any launch, not a failed one
   runtime_.compile_all(specs);
   auto k = std::make_unique<Kernels>();
   k->config = config;
+  k->gemm2_rows16 = gemm2_rows16;
   for (const auto& s : specs) k->modules.push_back(runtime_.load(s));
   k->gemm1 = &k->modules[0]->kernel("gemm");
   k->gemm2 = &k->modules[1]->kernel("gemm");
   k->reduce = &k->modules[2]->kernel("reduce");
+  k->reduce16 = &k->modules[2]->kernel("reduce16");
   k->cast = &k->modules[2]->kernel("cast");
   if (!spec_.fused) k->activation = &k->modules[3]->kernel("activation");
   if (quant_is_fp8(spec_.quant)) k->act_quant = &k->modules.back()->kernel("quantize");
@@ -338,7 +363,10 @@ MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
   take(w.intermediate, w.max_rows * N * elem);
   const bool accumulator = spec_.fused && spec_.reduce == ReduceMode::Fast;
   const std::size_t slots_at = offset;
-  take(w.slots, (accumulator ? M : M * spec_.top_k) * K * sizeof(float));
+  // Fast mode: the fp32 accumulator, or (large batches) GEMM2's DTYPE rows by slot.
+  std::size_t slot_bytes = (accumulator ? M : M * spec_.top_k) * K * sizeof(float);
+  if (moe_gemm2_rows16(spec_, m)) slot_bytes = std::max(slot_bytes, M * spec_.top_k * K * elem);
+  take(w.slots, slot_bytes);
   w.zeroed_bytes = offset - slots_at;
   // GEMM1 split-K is possible up to split_tokens tokens; its buffers are sized for min(M, that), so
   // that the workspace never shrinks as M grows (callers size it for their largest batch).
@@ -389,7 +417,9 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
                  "mode's sums must not depend on the batch", config.describe());
   const int m = static_cast<int>(args.hidden.shape[0]);
   if (m == 0) return;  // nothing to route or compute; out has no rows
-  const Kernels& k = kernels_for(config);
+  // Large batches: GEMM2 stores DTYPE rows by slot and reduce16 sums them (no fp32 adds, no zeroing).
+  const bool rows16 = moe_gemm2_rows16(spec_, m) && config.gemm2.split_k <= 1;
+  const Kernels& k = kernels_for(config, rows16);
   const Workspace w = carve(args, m);
   MOEJIT_REQUIRE(config.gemm1.split_k <= 1 || w.gemm1_split,
                  "moe: tile config {} splits GEMM1's k loop, but M = {} is too large for its partial-sum workspace "
@@ -433,8 +463,10 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   // Fast mode zeroes the fp32 accumulator (and GEMM1's split-K counters) first: the kernels after
   // the routing then follow each other directly. Small batches routed here have the route kernel
   // zero them instead: the memset node cost DeepSeek-V3 TP8 ~4 us of a 41 us step at M = 1 (H200).
-  const bool route_zeroes = atomic && args.router_logits.given() && router_.zeroes_for(m, w.zeroed_bytes);
-  if (atomic && !route_zeroes) MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.slots, 0, w.zeroed_bytes / 4, stream));
+  // (DTYPE rows need no zeroing; GEMM1's split-K counters still do.)
+  const bool zeroed = atomic && (!rows16 || w.gemm1_split);
+  const bool route_zeroes = zeroed && args.router_logits.given() && router_.zeroes_for(m, w.zeroed_bytes);
+  if (zeroed && !route_zeroes) MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.slots, 0, w.zeroed_bytes / 4, stream));
   // Grids: row tiles x column tiles x k splits. Split-K (fast mode): decode grids would leave most
   // SMs idle while a few CTAs stream the weights.
   const DeviceInfo& device = runtime_.device().info();
@@ -456,10 +488,11 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   auto tiles_per_split = [](int k_tiles, int splits) { return splits > 1 ? (k_tiles + splits - 1) / splits : 0; };
   const unsigned gx1 = grid_x(spec_.fused ? spec_.intermediate : spec_.w1_rows(), k.gemm1_block_n);
   const unsigned gx2 = grid_x(spec_.hidden, k.gemm2_block_n);
-  // GEMM1 splits park partial sums (the shared-memory kernel only); GEMM2's add atomically.
+  // GEMM1 splits park partial sums (the shared-memory kernel only); GEMM2's add atomically (not
+  // where it stores DTYPE rows).
   const int splits1 =
       split(config.gemm1, gx1, k_tiles1, wave1, w.gemm1_split && !config.gemm1.swap_ab && !config.gemm1.wgmma);
-  const int splits2 = split(config.gemm2, gx2, k_tiles2, wave2, atomic);
+  const int splits2 = split(config.gemm2, gx2, k_tiles2, wave2, atomic && !rows16);
   // The fused layer's kernels after the routing start under the previous kernel's tail on sm_90+
   // (programmatic dependent launch; each waits on the device before touching its inputs) when both
   // GEMMs run in one wave: DeepSeek-V3 TP8 at M = 1 took 42.8 -> 40.8 us on an H200, but Mixtral
@@ -614,7 +647,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   // The top-k sum into an fp32 output beyond L2: the wgmma kernels walk column bands, so that each
   // output line takes all its adds while in L2 (moe_tile_walk.cuh).
   g.walk_band_col_tiles =
-      atomic && config.gemm2.wgmma
+      atomic && !rows16 && config.gemm2.wgmma
           ? moe_sum_band_col_tiles(m, rows, spec_.hidden, k.gemm2_block_n, rows * spec_.intermediate * (fp8 ? 1 : 2),
                                    device.l2_bytes)
           : 0;
@@ -624,7 +657,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
                   g);
   if (!spec_.fused && hooks && hooks->after_gemm2) hooks->after_gemm2(stream, stage);
   MoeReduceArgs r{};
-  r.in = reinterpret_cast<const float*>(w.slots);
+  r.in = reinterpret_cast<const void*>(w.slots);
   r.ld_in = spec_.hidden;
   r.scatter_index = sort.scatter_index;
   r.out = reinterpret_cast<void*>(args.out.data);
@@ -632,8 +665,8 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   r.num_tokens = m;
   r.cols = spec_.hidden;
   const unsigned t = k.elementwise_threads;
-  const unsigned blocks = elementwise_blocks(static_cast<long long>(m) * spec_.hidden / 4, t);
-  (atomic ? k.cast : k.reduce)->launch(stream, {blocks, 1, 1, t, 1, 1, 0, overlap}, r);
+  const unsigned blocks = elementwise_blocks(static_cast<long long>(m) * spec_.hidden / (rows16 ? 8 : 4), t);
+  (rows16 ? k.reduce16 : atomic ? k.cast : k.reduce)->launch(stream, {blocks, 1, 1, t, 1, 1, 0, overlap}, r);
 }
 
 RoutingResult MoeLayer::routing_result(const MoeForwardArgs& args) const {

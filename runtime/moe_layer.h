@@ -86,9 +86,15 @@ struct MoeStageHooks {
 // Every kernel a layer with `spec` may launch for 1..max_tokens tokens on `arch` (routing included);
 // needs no GPU: CI and `moejit compile --model` compile these ahead.
 std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_tokens, const std::string& arch);
-// The kernels of one forward with tile config `config` (expert stages only).
+// The kernels of one forward with tile config `config` (expert stages only); gemm2_rows16: GEMM2
+// stores per-slot DTYPE rows for the reduce16 kernel (moe_gemm2_rows16) instead of fp32 adds.
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& config,
-                                                const std::string& arch);
+                                                const std::string& arch, bool gemm2_rows16 = false);
+// Whether the fast mode's GEMM2 at num_tokens tokens stores per-slot DTYPE rows that a separate
+// kernel sums (kRoleGemm2Rows16) instead of adding fp32 rows atomically into the token's row: where
+// the adds outgrow what L2 takes at speed (their bytes, M * top_k * hidden * 4, from
+// kMoeRows16MinAddBytes on). Tile configs that split GEMM2's k keep the atomic sum.
+bool moe_gemm2_rows16(const MoeSpec& spec, long long num_tokens);
 // Shared memory one CTA of an expert GEMM spec takes (dynamic + the static row arrays of a
 // block_m-row tile); 0 for the other families.
 long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m);
@@ -129,7 +135,7 @@ class MoeLayer {
   struct Kernels;
   struct Workspace;
   Workspace carve(const MoeForwardArgs& args, int num_tokens) const;
-  const Kernels& kernels_for(const MoeTileConfig& config);
+  const Kernels& kernels_for(const MoeTileConfig& config, bool gemm2_rows16);
   // Every GEMM of `specs` fits this device's shared memory per CTA (an Error naming it otherwise).
   void require_fits_device(const std::vector<KernelSpec>& specs, int block_m) const;
   void load_tuned();  // once, on a GPU: the tuned buckets of this shape (memory only afterwards)
@@ -139,7 +145,7 @@ class MoeLayer {
   MoeSpec spec_;
   Router router_;
   std::mutex mutex_;
-  std::vector<std::unique_ptr<Kernels>> kernels_;  // one per tile config used (Kernels::config)
+  std::vector<std::unique_ptr<Kernels>> kernels_;  // one per tile config and GEMM2 role used
   bool tuned_loaded_ = false;
   std::vector<TunedEntry> tuned_;  // ascending M; configs checked against the device
   mutable std::mutex tuned_mutex_;

@@ -4,6 +4,8 @@
 //  - moe_reduce_kernel: out[t] = sum over slots s = 0..TOPK-1 (in that order) of rows[t*TOPK + s],
 //    fp32, skipping dropped slots. Fixed order and one thread per output element make it bitwise
 //    reproducible and independent of the batch.
+//  - moe_reduce16_kernel: the same over DTYPE rows (fast mode, large batches: kRoleGemm2Rows16),
+//    8 columns per thread.
 //  - moe_cast_kernel: fp32 accumulator -> DTYPE (fast mode, after the atomic GEMM2).
 // reduce and cast wait for GEMM2 on the device (common/dependent_launch.cuh): the fused layer launches
 // them to overlap its tail.
@@ -75,7 +77,7 @@ __global__ void __launch_bounds__(THREADS, 1) moe_reduce_kernel(const MoeReduceA
     for (int s = 0; s < TOPK; ++s) {
       const long long slot = t * TOPK + s;
       if (args.scatter_index[slot] >= 0) {
-        const float4 r = *reinterpret_cast<const float4*>(args.in + slot * args.ld_in + col);
+        const float4 r = *reinterpret_cast<const float4*>(static_cast<const float*>(args.in) + slot * args.ld_in + col);
         sum.x += r.x;
         sum.y += r.y;
         sum.z += r.z;
@@ -83,6 +85,39 @@ __global__ void __launch_bounds__(THREADS, 1) moe_reduce_kernel(const MoeReduceA
       }
     }
     moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col, sum);
+  }
+}
+
+// The fast mode's top-k sum of large batches: GEMM2 stored each routed slot's row in DTYPE
+// (kRoleGemm2Rows16); out[t] = fp32 sum of the token's rows in slot order. 8 columns per thread:
+// 16-byte loads.
+template <int DTYPE, int TOPK, int THREADS>
+__global__ void __launch_bounds__(THREADS, 1) moe_reduce16_kernel(const MoeReduceArgs args) {
+  pdl::wait();
+  const unsigned short* in = static_cast<const unsigned short*>(args.in);
+  const long long octets = args.cols / 8;
+  const long long total = static_cast<long long>(args.num_tokens) * octets;
+  for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * THREADS) {
+    const long long t = i / octets;
+    const int col = static_cast<int>(i % octets) * 8;
+    float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < TOPK; ++s) {
+      const long long slot = t * TOPK + s;
+      if (args.scatter_index[slot] >= 0) {
+        const uint4 r = *reinterpret_cast<const uint4*>(in + slot * args.ld_in + col);
+        const unsigned words[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          sum[2 * w] += sm80::to_float<DTYPE>(static_cast<unsigned short>(words[w] & 0xffffu));
+          sum[2 * w + 1] += sm80::to_float<DTYPE>(static_cast<unsigned short>(words[w] >> 16));
+        }
+      }
+    }
+    // out is 8-byte aligned (the layer's contract): two 8-byte stores.
+    moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col, make_float4(sum[0], sum[1], sum[2], sum[3]));
+    moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col + 4, make_float4(sum[4], sum[5], sum[6], sum[7]));
   }
 }
 
@@ -95,7 +130,7 @@ __global__ void __launch_bounds__(THREADS) moe_cast_kernel(const MoeReduceArgs a
        i += static_cast<long long>(gridDim.x) * THREADS) {
     const long long t = i / quads;
     const int col = static_cast<int>(i % quads) * 4;
-    const float4 r = *reinterpret_cast<const float4*>(args.in + t * args.ld_in + col);
+    const float4 r = *reinterpret_cast<const float4*>(static_cast<const float*>(args.in) + t * args.ld_in + col);
     moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col, r);
   }
 }

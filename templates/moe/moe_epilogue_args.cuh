@@ -18,13 +18,14 @@ struct MoeActivationArgs {
 };
 
 struct MoeReduceArgs {
-  const float* in;           // reduce: [num_tokens * TOPK, ld_in] fp32 rows; cast: [num_tokens, ld_in]
+  const void* in;            // reduce: [num_tokens * TOPK, ld_in] fp32 rows (reduce16: DTYPE);
+                             // cast: [num_tokens, ld_in] fp32
   long long ld_in;
   const int* scatter_index;  // [num_tokens * TOPK]; slots with -1 (dropped) contribute zero
   void* out;                 // [num_tokens, ld_out] DTYPE
   long long ld_out;
   int num_tokens;
-  int cols;                  // K, a multiple of 4
+  int cols;                  // K, a multiple of 8
 };
 
 }  // namespace moejit

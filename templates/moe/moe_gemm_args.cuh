@@ -19,6 +19,10 @@ enum MoeGemmRole : int {
   kRoleGemm2Rows = 1,
   // Same epilogue, atomically added into fp32 [num_tokens, ldc] at row token (fast mode).
   kRoleGemm2Atomic = 2,
+  // Same epilogue, DTYPE rows [num_tokens * TOPK, ldc] at row token * TOPK + slot (fast mode, large
+  // batches): plain stores instead of fp32 adds; moe_reduce's reduce16 kernel then sums each token's
+  // rows in fp32. Measured: the L2's fp32 adds, not DRAM, bounded the atomic GEMM2 of big layers.
+  kRoleGemm2Rows16 = 3,
 };
 
 struct MoeGemmArgs {

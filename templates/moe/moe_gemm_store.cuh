@@ -87,7 +87,7 @@ __device__ inline void store_fragments(const MoeGemmArgs& args, const float (&ac
 }
 
 // Stores a pair straight to global memory: GEMM1 -> DTYPE intermediate row row0 + rl; GEMM2 ->
-// fp32 row of the routed slot, or atomically added into the token's row.
+// fp32 or DTYPE row of the routed slot, or atomically added into the token's fp32 row.
 template <int ROLE, int DTYPE>
 struct DirectSink {
   const MoeGemmArgs& args;
@@ -98,6 +98,8 @@ struct DirectSink {
       *reinterpret_cast<unsigned*>(c_row + col) = sm80::pack2<DTYPE>(a, b);
     } else if constexpr (ROLE == kRoleGemm2Rows) {
       *reinterpret_cast<float2*>(static_cast<float*>(args.c) + slot * args.ldc + col) = make_float2(a, b);
+    } else if constexpr (ROLE == kRoleGemm2Rows16) {
+      *reinterpret_cast<unsigned*>(static_cast<unsigned short*>(args.c) + slot * args.ldc + col) = sm80::pack2<DTYPE>(a, b);
     } else {
       sm80::red_add_f32x2(static_cast<float*>(args.c) + (slot / args.top_k) * args.ldc + col, a, b);
     }

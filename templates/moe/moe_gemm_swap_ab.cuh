@@ -423,6 +423,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
           if (bias) v[h] += bias[col[h]];
           if (args.weight_on_output) v[h] *= w;
           if constexpr (ROLE == kRoleGemm2Rows) c[slot * args.ldc + col[h]] = v[h];
+          else if constexpr (ROLE == kRoleGemm2Rows16)
+            static_cast<unsigned short*>(args.c)[slot * args.ldc + col[h]] = sm80::from_float<DTYPE>(v[h]);
           else atomicAdd(c + (slot / args.top_k) * args.ldc + col[h], v[h]);
         }
       }

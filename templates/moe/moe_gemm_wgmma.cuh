@@ -261,14 +261,15 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   // DTYPE intermediate; GEMM2 rows: fp32 per slot) or one bulk fp32 add into its token's row (the
   // top-k sum). Fragment-order global stores and atomics cost more than the main loop of narrow
   // layers: each warp instruction touched 8 rows.
-  constexpr int OUT_BYTES = ROLE == kRoleGemm1 ? 2 : 4;
+  constexpr bool OUT16 = ROLE == kRoleGemm1 || ROLE == kRoleGemm2Rows16;  // DTYPE rows, else fp32
+  constexpr int OUT_BYTES = OUT16 ? 2 : 4;
   constexpr int PITCH = BLOCK_N + 8;  // elements per staged row: 16-byte aligned, fragment writes spread over the banks
   static_assert(BLOCK_M * PITCH * OUT_BYTES <= STAGES * (T::A_STAGE + T::B_STAGE), "the ring holds the output tile");
   __syncthreads();  // every warpgroup is done with the ring
   unsigned char* s_out = s_a;
   auto stage = [&](int rl, int col, int, float a, float b) {
     const int at = rl * PITCH + col - n0;
-    if constexpr (ROLE == kRoleGemm1) *reinterpret_cast<unsigned*>(s_out + at * 2) = sm80::pack2<DTYPE>(a, b);
+    if constexpr (OUT16) *reinterpret_cast<unsigned*>(s_out + at * 2) = sm80::pack2<DTYPE>(a, b);
     else *reinterpret_cast<float2*>(s_out + at * 4) = make_float2(a, b);
   };
   // Warp w of warpgroup wg holds rows 64 wg + 16 (w % 4) .. +16 of the tile, every column.
@@ -285,6 +286,8 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
       sm90::bulk_store(static_cast<unsigned short*>(args.c) + (row0 + tid) * args.ldc + n0, src, bytes);
     } else if constexpr (ROLE == kRoleGemm2Rows) {
       sm90::bulk_store(static_cast<float*>(args.c) + slot * args.ldc + n0, src, bytes);
+    } else if constexpr (ROLE == kRoleGemm2Rows16) {
+      sm90::bulk_store(static_cast<unsigned short*>(args.c) + slot * args.ldc + n0, src, bytes);
     } else {
       sm90::bulk_add_f32(static_cast<float*>(args.c) + (slot / args.top_k) * args.ldc + n0, src, bytes);
     }

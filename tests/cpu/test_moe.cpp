@@ -40,6 +40,9 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
   for (const auto& c : moe_swap_ab_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : moe_wgmma_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : moe_band_walk_cases()) sweep.push_back({c.spec, c.config});
+  for (const auto& c : moe_rows16_cases())  // GEMM2 storing DTYPE rows, as the forward at M = 1024 compiles it
+    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a", true))
+      if (seen.insert(s.to_json().dump()).second) specs.push_back(s);
   for (const auto& c : sweep)
     for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a"))
       if (seen.insert(s.to_json().dump()).second) specs.push_back(s);

@@ -138,8 +138,10 @@ namespace {
 // an error naming `kernel`. Returns the forwards checked.
 int check_kernel_cases(Runtime& rt, const std::vector<MoeKernelCase>& cases, int seed, const char* kernel) {
   std::vector<KernelSpec> specs;
-  for (const auto& c : cases)
-    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch())) specs.push_back(std::move(s));
+  for (const auto& c : cases) {  // GEMM2 in the role the forward at the largest M picks
+    const bool rows16 = moe_gemm2_rows16(c.spec, c.token_counts.back()) && c.config.gemm2.split_k <= 1;
+    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch(), rows16)) specs.push_back(std::move(s));
+  }
   rt.compile_all(specs);
   std::unique_ptr<MoeRun> run;
   const MoeSpec* current = nullptr;
@@ -230,6 +232,21 @@ TEST_CASE("gpu moe: the wgmma kernels' column-band walk equals the fp64 referenc
     }
   const int checked = check_kernel_cases(rt, cases, 2300, "wgmma");
   MESSAGE(fmt::format("{} banded-walk forwards checked against the fp64 reference", checked));
+}
+
+// Large batches in the fast mode: GEMM2 stores each routed slot's row in DTYPE and reduce16 sums a
+// token's rows (moe_gemm2_rows16), on every kernel family that can run GEMM2.
+TEST_CASE("gpu moe: GEMM2's DTYPE rows and their top-k sum equal the fp64 reference") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe rows16")) return;
+  auto cases = moe_rows16_cases();
+  for (const auto& c : cases) REQUIRE(moe_gemm2_rows16(c.spec, c.token_counts.front()));
+  if (!arch_has_wgmma(rt.device_arch())) {
+    MESSAGE("SKIPPED (wgmma cases only): they need sm_90a, this device is " << rt.device_arch());
+    std::erase_if(cases, [](const MoeKernelCase& c) { return c.config.gemm1.wgmma || c.config.gemm2.wgmma; });
+  }
+  const int checked = check_kernel_cases(rt, cases, 2500, "swap-AB");
+  MESSAGE(fmt::format("{} forwards with GEMM2 rows in DTYPE checked against the fp64 reference", checked));
 }
 
 // Split-K (fast mode): GEMM1 parks partial sums and the last split runs the epilogue; GEMM2 splits

@@ -368,6 +368,34 @@ std::vector<MoeKernelCase> moe_band_walk_cases() {
   return out;
 }
 
+std::vector<MoeKernelCase> moe_rows16_cases() {
+  // M = 1024 x top_k 8 x hidden 2048 x 4 bytes = 64 MiB of fp32 adds: GEMM2 stores DTYPE rows.
+  std::vector<MoeKernelCase> out;
+  for (MoeQuant q : {kQuantNone, kQuantFp8Block, kQuantInt4Group}) {
+    MoeSpec spec = small_layer(16, 8, 2048, 384, kActSiluMul, kDTypeBF16, q);
+    spec.has_bias = true;
+    if (q == kQuantInt4Group) spec.quant_group = 64;
+    const MoeTileConfig smem = heuristic_config_for_block_m(spec, 64, "");  // the shared-memory kernel
+    MoeTileConfig swap;
+    swap.block_m = 8;
+    swap.gemm1 = swap_ab_tile(4, 1, 2);
+    swap.gemm2 = swap_ab_tile(4, 2, 2);
+    out.push_back({spec, swap, {1024}});  // first: check_kernel_cases' deterministic refusal names swap-AB
+    out.push_back({spec, smem, {1024, 1100}});
+    if (q == kQuantInt4Group) continue;  // the wgmma kernel: 16-bit and fp8 weights
+    MoeTileConfig plain, persistent;
+    plain.block_m = 128;
+    plain.gemm1 = wgmma_tile(64, 4);
+    plain.gemm2 = wgmma_tile(q == kQuantNone ? 256 : 128, 4);
+    persistent.block_m = 64;
+    persistent.gemm1 = wgmma_tile(q == kQuantNone ? 128 : 64, 4, 0, true);  // fp8_block: <= 128 weight rows
+    persistent.gemm2 = wgmma_tile(q == kQuantNone ? 192 : 128, 3, 0, true);
+    out.push_back({spec, plain, {1024}});
+    out.push_back({spec, persistent, {1024, 1100}});
+  }
+  return out;
+}
+
 namespace {
 // Every candidate of the tuner's space for each block_m (the heuristic's tiles for the other GEMM).
 void add_tile_sweep(const MoeSpec& spec, std::initializer_list<int> block_ms, const DeviceLimits& limits,

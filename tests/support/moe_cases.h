@@ -49,6 +49,10 @@ std::vector<MoeKernelCase> moe_wgmma_cases();
 // GEMM2's top-k sum walking column bands (an fp32 output beyond half of L2): bf16 and fp8_block,
 // the plain and the persistent wgmma kernel, at M = 1500 and 2048.
 std::vector<MoeKernelCase> moe_band_walk_cases();
+// The fast mode's large batches, where GEMM2 stores per-slot DTYPE rows summed by reduce16
+// (moe_gemm2_rows16): bf16, fp8_block and int4 weights with biases on the shared-memory, swap-AB and
+// wgmma (plain, persistent) kernels, M = 1024 and 1100.
+std::vector<MoeKernelCase> moe_rows16_cases();
 
 // Every tile config the tuner may pick (for a device with 227 KiB of shared memory per CTA), on
 // layers with K and N tails, gated and not: each must compute the same function.
