@@ -61,7 +61,8 @@ std::string MoeTileConfig::describe() const {
     if (t.wgmma) return fmt::format("wgmma bn{} s{}{}{}", t.block_n, t.stages, t.persistent ? " ws" : "", split);
     return fmt::format("bn{} bk{} w{}x{} s{}{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages, split);
   };
-  return fmt::format("bm{} gemm1[{}] gemm2[{}]", block_m, tile(gemm1), tile(gemm2));
+  const char* sum = topk_sum == TopkSum::Rows ? " sum=rows" : topk_sum == TopkSum::Atomic ? " sum=atomic" : "";
+  return fmt::format("bm{} gemm1[{}] gemm2[{}]{}", block_m, tile(gemm1), tile(gemm2), sum);
 }
 
 GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k) {

@@ -32,12 +32,19 @@ struct GemmTile {
   bool operator==(const GemmTile&) const = default;
 };
 
+// How the fast mode's GEMM2 forms each token's top-k sum: Auto = by batch size (moe_gemm2_rows16);
+// Atomic = fp32 adds into the token's row, then a cast; Rows = each routed slot's row stored in
+// DTYPE, then summed per token by a second kernel (needs an unsplit GEMM2). The deterministic mode
+// always stores fp32 rows.
+enum class TopkSum { Auto, Atomic, Rows };
+
 struct MoeTileConfig {
   int block_m = 64;  // shared by both GEMMs: the routing pads each expert's rows to it
   GemmTile gemm1;
   GemmTile gemm2;
+  TopkSum topk_sum = TopkSum::Auto;
   bool operator==(const MoeTileConfig&) const = default;
-  std::string describe() const;  // "bm64 gemm1[bn64 bk64 w2x2 s3] gemm2[swapab w4x2 s4]"
+  std::string describe() const;  // "bm64 gemm1[bn64 bk64 w2x2 s3] gemm2[swapab w4x2 s4]" (+ " sum=rows")
 };
 
 // Bounds of block_m over every config: the routing workspace is sized for them.

@@ -67,7 +67,9 @@ GemmTile tile_from_json(const nlohmann::json& j) {
 }  // namespace
 
 nlohmann::json tile_config_to_json(const MoeTileConfig& c) {
-  return {{"block_m", c.block_m}, {"gemm1", tile_to_json(c.gemm1)}, {"gemm2", tile_to_json(c.gemm2)}};
+  nlohmann::json j = {{"block_m", c.block_m}, {"gemm1", tile_to_json(c.gemm1)}, {"gemm2", tile_to_json(c.gemm2)}};
+  if (c.topk_sum != TopkSum::Auto) j["topk_sum"] = c.topk_sum == TopkSum::Rows ? "rows" : "atomic";  // absent = auto
+  return j;
 }
 
 MoeTileConfig tile_config_from_json(const nlohmann::json& j) {
@@ -76,6 +78,10 @@ MoeTileConfig tile_config_from_json(const nlohmann::json& j) {
     c.block_m = j.at("block_m").get<int>();
     c.gemm1 = tile_from_json(j.at("gemm1"));
     c.gemm2 = tile_from_json(j.at("gemm2"));
+    const std::string sum = j.value("topk_sum", std::string("auto"));
+    MOEJIT_REQUIRE(sum == "auto" || sum == "atomic" || sum == "rows",
+                   "tile config {}: topk_sum = '{}' must be auto, atomic or rows", j.dump(), sum);
+    c.topk_sum = sum == "rows" ? TopkSum::Rows : sum == "atomic" ? TopkSum::Atomic : TopkSum::Auto;
   } catch (const nlohmann::json::exception& e) {
     throw Error(Phase::Validate, fmt::format("tile config {}: {}", j.dump(), e.what()));
   }

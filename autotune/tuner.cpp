@@ -205,6 +205,8 @@ std::vector<TuneResult> MoeTuner::run() {
     total += static_cast<int>(candidate_block_ms(spec_, m, arch).size() + candidate_tiles(spec_, bm, true, limits).size() +
                               candidate_tiles(spec_, bm, false, limits).size());
   }
+  const bool sum_choice = spec_.fused && spec_.reduce == ReduceMode::Fast;
+  if (sum_choice) total += static_cast<int>(options_.batches.size());
   int done = 0;
   std::vector<TuneResult> results;
   for (int m : options_.batches) {
@@ -219,7 +221,7 @@ std::vector<TuneResult> MoeTuner::run() {
       std::vector<std::future<void>> compiles;
       for (const auto& c : candidates)
         compiles.push_back(std::async(std::launch::async, [&, c] {
-          runtime_.compile_all(moe_expert_kernel_specs(spec_, c, arch, moe_gemm2_rows16(spec_, m) && c.gemm2.split_k <= 1));
+          runtime_.compile_all(moe_expert_kernel_specs(spec_, c, arch, moe_gemm2_stores_rows16(spec_, c, m)));
         }));
       for (std::size_t i = 0; i < candidates.size(); ++i) {
         const bool over = options_.budget_s > 0 && elapsed() > options_.budget_s && best_us > 0;
@@ -264,6 +266,13 @@ std::vector<TuneResult> MoeTuner::run() {
         if (!(c == best)) tiles.push_back(c);
       }
       try_all(tiles, gemm1 ? "gemm1" : "gemm2");
+    }
+    // The top-k sum the other way than the batch-size rule (TopkSum::Auto) takes here: fp32 adds
+    // against DTYPE rows, where the layer can do both (the better one depends on the tiles).
+    if (sum_choice && best.gemm2.split_k <= 1 && best.topk_sum == TopkSum::Auto) {
+      MoeTileConfig other = best;
+      other.topk_sum = moe_gemm2_stores_rows16(spec_, best, m) ? TopkSum::Atomic : TopkSum::Rows;
+      try_all({other}, "topk_sum");
     }
     if (best_us < 0) throw Error(Phase::Tune, fmt::format("tune: no config ran for M={} (see the warnings)", m));
     r.config = best;

@@ -106,11 +106,13 @@ struct MoeLayer::Workspace {
   std::size_t max_rows = 0;
   CUdeviceptr gemm1_out = 0;     // unfused only
   CUdeviceptr intermediate = 0;
-  CUdeviceptr slots = 0;         // fp32: [M, K] accumulator (fast) or [M * top_k, K] rows
-  // Fast mode: GEMM1 split-K arrival counters (right after slots: one memset zeroes both) and
+  // fp32 [M, K] accumulator or DTYPE [M * top_k, K] rows (fast), fp32 [M * top_k, K] rows (else)
+  CUdeviceptr slots = 0;
+  // Fast mode: GEMM1 split-K arrival counters (right before slots: one memset zeroes both) and
   // partial sums, when M is small enough to reserve them (gemm1_split).
   CUdeviceptr split_counters = 0, split_partial = 0;
-  std::size_t zeroed_bytes = 0;  // slots .. end of the counters
+  CUdeviceptr zeroed = 0;        // fast mode: the counters, then the accumulator, zeroed before GEMM1
+  std::size_t zeroed_bytes = 0;
   bool gemm1_split = false;
   // w8a8: e4m3 copies of X and of the intermediate, and their scales.
   CUdeviceptr hidden_q = 0, hidden_scale = 0, intermediate_q = 0, intermediate_scale = 0;
@@ -174,6 +176,23 @@ bool moe_gemm2_rows16(const MoeSpec& spec, long long num_tokens) {
   if (!spec.fused || spec.reduce != ReduceMode::Fast) return false;
   if (const char* e = std::getenv("MOEJIT_ROWS16")) return std::atoi(e) != 0;  // TEMP experiment
   return num_tokens * spec.top_k * spec.hidden * 4 >= kMoeRows16MinAddBytes;
+}
+
+bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, long long num_tokens) {
+  const bool possible = spec.fused && spec.reduce == ReduceMode::Fast && config.gemm2.split_k <= 1;
+  switch (config.topk_sum) {
+    case TopkSum::Atomic:
+      return false;
+    case TopkSum::Rows:
+      MOEJIT_REQUIRE(possible,
+                     "moe: tile config {} sums the top k from DTYPE rows, which needs the fused layer in the fast "
+                     "reduce mode and an unsplit GEMM2",
+                     config.describe());
+      return true;
+    case TopkSum::Auto:
+      break;
+  }
+  return possible && moe_gemm2_rows16(spec, num_tokens);
 }
 
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch,
@@ -254,7 +273,7 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
       RoutingSorter::spec_for({.num_experts = router.num_experts, .top_k = router.top_k}, arch)};
   for (const auto& config : heuristic_tile_configs(spec, max_tokens, arch))
     for (bool rows16 : {false, true}) {
-      if (rows16 && !(moe_gemm2_rows16(spec, max_tokens) && config.gemm2.split_k <= 1)) continue;
+      if (rows16 && !moe_gemm2_stores_rows16(spec, config, max_tokens)) continue;
       for (auto& s : moe_expert_kernel_specs(spec, config, arch, rows16))
         if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
     }
@@ -294,7 +313,7 @@ void MoeLayer::prepare(int max_tokens) {
       if (e.m <= max_tokens || configs.empty() || e.m == tuned_.back().m) configs.push_back(e.config);
   }
   // GEMM2's DTYPE-row variant too where a batch up to max_tokens uses it (moe_gemm2_rows16).
-  auto rows16_for = [&](const MoeTileConfig& c) { return moe_gemm2_rows16(spec_, max_tokens) && c.gemm2.split_k <= 1; };
+  auto rows16_for = [&](const MoeTileConfig& c) { return moe_gemm2_stores_rows16(spec_, c, max_tokens); };
   std::vector<KernelSpec> specs = moe_layer_kernel_specs(spec_, 1, arch);
   for (const auto& c : configs)
     for (bool rows16 : {false, true})
@@ -362,26 +381,30 @@ MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
   if (!spec_.fused) take(w.gemm1_out, w.max_rows * spec_.w1_rows() * elem);
   take(w.intermediate, w.max_rows * N * elem);
   const bool accumulator = spec_.fused && spec_.reduce == ReduceMode::Fast;
-  const std::size_t slots_at = offset;
-  // Fast mode: the fp32 accumulator, or (large batches) GEMM2's DTYPE rows by slot.
-  std::size_t slot_bytes = (accumulator ? M : M * spec_.top_k) * K * sizeof(float);
-  if (moe_gemm2_rows16(spec_, m)) slot_bytes = std::max(slot_bytes, M * spec_.top_k * K * elem);
-  take(w.slots, slot_bytes);
-  w.zeroed_bytes = offset - slots_at;
   // GEMM1 split-K is possible up to split_tokens tokens; its buffers are sized for min(M, that), so
   // that the workspace never shrinks as M grows (callers size it for their largest batch).
   const std::size_t partial_per_token = kMoeMaxSplitK * spec_.top_k * spec_.w1_rows() * sizeof(float);
   const std::size_t split_tokens = std::min<std::size_t>(M, kSplitKPartialCapBytes / partial_per_token);
-  if (accumulator && split_tokens > 0) {
+  const bool split_buffers = accumulator && split_tokens > 0;
+  // Fast mode: GEMM1's split-K arrival counters, then the fp32 accumulator, zeroed together by one
+  // memset (zeroed .. zeroed + zeroed_bytes).
+  const std::size_t zeroed_at = offset;
+  if (split_buffers) {
     w.gemm1_split = M <= split_tokens;
     // One counter per (row tile, column tile) of any config: most tiles at block_m 16, most column
     // tiles at block_n 16.
     const std::size_t rows = split_tokens * spec_.top_k;
     const std::size_t tiles = rows / kMoeMinBlockM + std::min<std::size_t>(rows, spec_.local_experts()) + 1;
     take(w.split_counters, tiles * ((spec_.w1_rows() + 15) / 16) * sizeof(int));
-    w.zeroed_bytes = offset - slots_at;
-    take(w.split_partial, split_tokens * partial_per_token);
   }
+  // Slots: fast mode, the fp32 accumulator [M, K] or GEMM2's DTYPE rows by slot [M * top_k, K] (the
+  // tile config picks: TopkSum); deterministic / unfused, fp32 rows by slot.
+  const std::size_t slots_at = offset;
+  const std::size_t accumulator_bytes = M * K * sizeof(float);
+  take(w.slots, accumulator ? std::max(accumulator_bytes, M * spec_.top_k * K * elem) : M * spec_.top_k * K * sizeof(float));
+  w.zeroed = args.workspace ? args.workspace + zeroed_at : 0;
+  w.zeroed_bytes = slots_at + (accumulator ? accumulator_bytes : 0) - zeroed_at;
+  if (split_buffers) take(w.split_partial, split_tokens * partial_per_token);
   if (quant_is_fp8(spec_.quant)) {
     take(w.hidden_q, M * K);
     take(w.hidden_scale, M * act_scales_per_row(spec_.quant, K) * sizeof(float));
@@ -418,7 +441,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   const int m = static_cast<int>(args.hidden.shape[0]);
   if (m == 0) return;  // nothing to route or compute; out has no rows
   // Large batches: GEMM2 stores DTYPE rows by slot and reduce16 sums them (no fp32 adds, no zeroing).
-  const bool rows16 = moe_gemm2_rows16(spec_, m) && config.gemm2.split_k <= 1;
+  const bool rows16 = moe_gemm2_stores_rows16(spec_, config, m);
   const Kernels& k = kernels_for(config, rows16);
   const Workspace w = carve(args, m);
   MOEJIT_REQUIRE(config.gemm1.split_k <= 1 || w.gemm1_split,
@@ -466,7 +489,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   // (DTYPE rows need no zeroing; GEMM1's split-K counters still do.)
   const bool zeroed = atomic && (!rows16 || w.gemm1_split);
   const bool route_zeroes = zeroed && args.router_logits.given() && router_.zeroes_for(m, w.zeroed_bytes);
-  if (zeroed && !route_zeroes) MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.slots, 0, w.zeroed_bytes / 4, stream));
+  if (zeroed && !route_zeroes) MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.zeroed, 0, w.zeroed_bytes / 4, stream));
   // Grids: row tiles x column tiles x k splits. Split-K (fast mode): decode grids would leave most
   // SMs idle while a few CTAs stream the weights.
   const DeviceInfo& device = runtime_.device().info();
@@ -508,7 +531,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   if (args.router_logits.given()) {
     router_.route(stream, args.router_logits.data, args.router_logits.strides[0],
                   args.correction_bias.given() ? args.correction_bias.data : 0, expert_map, m, m, w.routing, bm,
-                  route_zeroes ? w.slots : 0, route_zeroes ? w.zeroed_bytes : 0);
+                  route_zeroes ? w.zeroed : 0, route_zeroes ? w.zeroed_bytes : 0);
     topk_weights = w.routing.topk_weights;
   } else {
     router_.sorter().run(stream, args.topk_ids.data, expert_map, m, m, w.routing.sort, bm);

@@ -91,10 +91,13 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& config,
                                                 const std::string& arch, bool gemm2_rows16 = false);
 // Whether the fast mode's GEMM2 at num_tokens tokens stores per-slot DTYPE rows that a separate
-// kernel sums (kRoleGemm2Rows16) instead of adding fp32 rows atomically into the token's row: where
-// the adds outgrow what L2 takes at speed (their bytes, M * top_k * hidden * 4, from
-// kMoeRows16MinAddBytes on). Tile configs that split GEMM2's k keep the atomic sum.
+// kernel sums (kRoleGemm2Rows16) by default (TopkSum::Auto) instead of adding fp32 rows atomically
+// into the token's row: from kMoeRows16MinAddBytes of adds (M * top_k * hidden * 4) on. Monotone in
+// num_tokens.
 bool moe_gemm2_rows16(const MoeSpec& spec, long long num_tokens);
+// What a forward of num_tokens tokens with `config` does (config.topk_sum; Auto: the rule above, for
+// an unsplit GEMM2). Error where Rows is asked of the deterministic or unfused mode or a split GEMM2.
+bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, long long num_tokens);
 // Shared memory one CTA of an expert GEMM spec takes (dynamic + the static row arrays of a
 // block_m-row tile); 0 for the other families.
 long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m);

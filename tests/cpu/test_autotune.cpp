@@ -103,6 +103,37 @@ TEST_CASE("autotune: tuned DB round trip, exact / nearest / missing lookups") {
   CHECK(merged.lookup("another", 8).has_value());
 }
 
+TEST_CASE("autotune: the top-k sum choice round-trips; Auto follows the batch-size rule; bad ones are refused") {
+  for (TopkSum sum : {TopkSum::Auto, TopkSum::Atomic, TopkSum::Rows}) {
+    MoeTileConfig c = config_with(64, 128);
+    c.topk_sum = sum;
+    const auto j = tile_config_to_json(c);
+    CHECK(j.contains("topk_sum") == (sum != TopkSum::Auto));  // absent = auto: older DBs read as before
+    CHECK(tile_config_from_json(j) == c);
+  }
+  auto j = tile_config_to_json(config_with(64, 128));
+  j["topk_sum"] = "sometimes";
+  CHECK_THROWS_WITH_AS(tile_config_from_json(j), doctest::Contains("auto, atomic or rows"), Error);
+  // Qwen3-30B-A3B (top_k 8, hidden 2048): 64 MiB of fp32 adds from M = 1024 on.
+  const MoeSpec q = qwen3();
+  MoeTileConfig c = config_with(64, 128);
+  CHECK_FALSE(moe_gemm2_stores_rows16(q, c, 1023));
+  CHECK(moe_gemm2_stores_rows16(q, c, 1024));
+  c.topk_sum = TopkSum::Atomic;
+  CHECK_FALSE(moe_gemm2_stores_rows16(q, c, 8192));
+  c.topk_sum = TopkSum::Rows;
+  CHECK(moe_gemm2_stores_rows16(q, c, 1));
+  CHECK(c.describe().find("sum=rows") != std::string::npos);
+  c.gemm2.split_k = 2;  // split GEMM2 parts add atomically
+  CHECK_THROWS_WITH_AS(moe_gemm2_stores_rows16(q, c, 1), doctest::Contains("unsplit GEMM2"), Error);
+  MoeSpec det = q;
+  det.reduce = ReduceMode::Deterministic;
+  c.gemm2.split_k = 0;
+  CHECK_THROWS_WITH_AS(moe_gemm2_stores_rows16(det, c, 1), doctest::Contains("fast reduce mode"), Error);
+  c.topk_sum = TopkSum::Auto;
+  CHECK_FALSE(moe_gemm2_stores_rows16(det, c, 8192));
+}
+
 TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the layer can run them") {
   MoeSpec mx = qwen3();
   mx.quant = kQuantMxfp4;

@@ -139,7 +139,7 @@ namespace {
 int check_kernel_cases(Runtime& rt, const std::vector<MoeKernelCase>& cases, int seed, const char* kernel) {
   std::vector<KernelSpec> specs;
   for (const auto& c : cases) {  // GEMM2 in the role the forward at the largest M picks
-    const bool rows16 = moe_gemm2_rows16(c.spec, c.token_counts.back()) && c.config.gemm2.split_k <= 1;
+    const bool rows16 = moe_gemm2_stores_rows16(c.spec, c.config, c.token_counts.back());
     for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch(), rows16)) specs.push_back(std::move(s));
   }
   rt.compile_all(specs);
@@ -240,7 +240,7 @@ TEST_CASE("gpu moe: GEMM2's DTYPE rows and their top-k sum equal the fp64 refere
   Runtime rt(test_options(""));
   if (!gpu_or_skip(rt, "gpu moe rows16")) return;
   auto cases = moe_rows16_cases();
-  for (const auto& c : cases) REQUIRE(moe_gemm2_rows16(c.spec, c.token_counts.front()));
+  for (const auto& c : cases) REQUIRE(moe_gemm2_stores_rows16(c.spec, c.config, c.token_counts.front()));
   if (!arch_has_wgmma(rt.device_arch())) {
     MESSAGE("SKIPPED (wgmma cases only): they need sm_90a, this device is " << rt.device_arch());
     std::erase_if(cases, [](const MoeKernelCase& c) { return c.config.gemm1.wgmma || c.config.gemm2.wgmma; });

@@ -381,7 +381,7 @@ std::vector<MoeKernelCase> moe_rows16_cases() {
     swap.gemm1 = swap_ab_tile(4, 1, 2);
     swap.gemm2 = swap_ab_tile(4, 2, 2);
     out.push_back({spec, swap, {1024}});  // first: check_kernel_cases' deterministic refusal names swap-AB
-    out.push_back({spec, smem, {1024, 1100}});
+    out.push_back({spec, smem, {1024}});
     if (q == kQuantInt4Group) continue;  // the wgmma kernel: 16-bit and fp8 weights
     MoeTileConfig plain, persistent;
     plain.block_m = 128;
@@ -391,7 +391,7 @@ std::vector<MoeKernelCase> moe_rows16_cases() {
     persistent.gemm1 = wgmma_tile(q == kQuantNone ? 128 : 64, 4, 0, true);  // fp8_block: <= 128 weight rows
     persistent.gemm2 = wgmma_tile(q == kQuantNone ? 192 : 128, 3, 0, true);
     out.push_back({spec, plain, {1024}});
-    out.push_back({spec, persistent, {1024, 1100}});
+    out.push_back({spec, persistent, {1024}});
   }
   return out;
 }

@@ -51,7 +51,7 @@ std::vector<MoeKernelCase> moe_wgmma_cases();
 std::vector<MoeKernelCase> moe_band_walk_cases();
 // The fast mode's large batches, where GEMM2 stores per-slot DTYPE rows summed by reduce16
 // (moe_gemm2_rows16): bf16, fp8_block and int4 weights with biases on the shared-memory, swap-AB and
-// wgmma (plain, persistent) kernels, M = 1024 and 1100.
+// wgmma (plain, persistent) kernels, M = 1024.
 std::vector<MoeKernelCase> moe_rows16_cases();
 
 // Every tile config the tuner may pick (for a device with 227 KiB of shared memory per CTA), on
