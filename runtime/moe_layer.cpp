@@ -15,7 +15,6 @@
 #include "runtime/tile_tensor_map.h"
 #include "templates/moe/moe_epilogue_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
-#include "templates/moe/moe_tile_walk.cuh"
 
 namespace moejit {
 
@@ -667,14 +666,6 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.split_partial = nullptr;
   g.split_counters = nullptr;
   g.k_tiles_per_split = tiles_per_split(k_tiles2, splits2);
-  // The top-k sum into an fp32 output beyond L2: the wgmma kernels walk column bands, so that each
-  // output line takes all its adds while in L2 (moe_tile_walk.cuh).
-  g.walk_band_col_tiles =
-      atomic && !rows16 && config.gemm2.wgmma
-          ? moe_sum_band_col_tiles(m, rows, spec_.hidden, k.gemm2_block_n, rows * spec_.intermediate * (fp8 ? 1 : 2),
-                                   device.l2_bytes)
-          : 0;
-  if (const char* e = std::getenv("MOEJIT_WALK_BAND")) g.walk_band_col_tiles = std::atoi(e);  // TEMP experiment
   const auto [g2x, g2y] = gemm_grid(k.gemm2_persistent, gx2, wave2, splits2);
   k.gemm2->launch(stream, {g2x, g2y, unsigned(splits2), k.gemm2_threads, 1, 1, k.gemm2_smem, overlap},
                   g);

@@ -65,9 +65,6 @@ struct MoeGemmArgs {
   float* split_partial;
   int* split_counters;
   long long split_stride;  // floats between splits of split_partial
-  // The wgmma kernels' walk over (row tile, column tile) items (moe_tile_walk.cuh): 0 = grouped,
-  // > 0 = column bands of that many column tiles (GEMM2's top-k sum into an output beyond L2).
-  int walk_band_col_tiles;
   // The persistent wgmma kernel reading tiles by bulk tensor copies (moe_wgmma_b_by_tma,
   // moe_wgmma_a_by_tma): CUtensorMaps of the weights as bytes, dims (inner bytes, rows, E_local),
   // box (128 bytes, BLOCK_N rows; interleaved gate / up: 2 BLOCK_N rows, every second one), and of

@@ -16,8 +16,7 @@
 //
 // Tiles are walked in groups of kMoeWalkGroupRows row tiles per column sweep, so the CTAs resident
 // at once share each expert's weight columns through L2 instead of streaming all of an expert's
-// weights once per row tile; GEMM2's top-k sum into an output beyond L2 walks column bands instead
-// (moe_tile_walk.cuh).
+// weights once per row tile (moe_tile_walk.cuh).
 #pragma once
 
 #include "common/dependent_launch.cuh"
@@ -33,10 +32,9 @@ namespace moe_wgmma_detail {
 
 constexpr int kRowBytes = 128;  // a k tile row: 64 16-bit elements, the 128-byte swizzle's width
 
-// Work item -> (row tile, first output column) in the walk the launch chose.
-__device__ inline void walk_item(const MoeGemmArgs& args, int item, int col_tiles, int row_tiles, int block_n, int& tile,
-                                 int& n0) {
-  const MoeWalkItem w = moe_walk_item(item, col_tiles, row_tiles, args.walk_band_col_tiles);
+// Work item -> (row tile, first output column) of the grouped walk (moe_tile_walk.cuh).
+__device__ inline void walk_item(int item, int col_tiles, int row_tiles, int block_n, int& tile, int& n0) {
+  const MoeWalkItem w = moe_walk_item(item, col_tiles, row_tiles);
   tile = w.tile;
   n0 = w.col_tile * block_n;
 }
@@ -198,7 +196,7 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   constexpr int THREADS = T::CONSUMER_THREADS;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   int tile, n0;
-  walk_item(args, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, BLOCK_N, tile, n0);
+  walk_item(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, BLOCK_N, tile, n0);
   if (tile >= args.totals[2]) return;
   const int expert = args.tile_expert[tile];
   const int row0 = tile * BLOCK_M;
@@ -299,7 +297,7 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
 // Persistent, warp-specialized: warpgroup 0 produces (cp.async into the ring, each thread's
 // copies signalling the slot's `full` barrier as they land), the others consume (wait for `full`,
 // wgmma, release the slot through `empty` once the wgmma that read it is done). The CTA walks
-// work items blockIdx.x, + gridDim.x, ... of the launch's walk; the producer runs up to STAGES k
+// work items blockIdx.x, + gridDim.x, ... of the grouped walk; the producer runs up to STAGES k
 // tiles ahead, across row tiles, so the next tile's loads overlap this tile's epilogue and no
 // tile starts with an empty pipeline.
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES>
@@ -358,7 +356,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       if (tid == 0)
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
           int tile, n0;
-          walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+          walk_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
           const int expert = args.tile_expert[tile];
           for (int i = 0; i < local_tiles; ++i, ++it) {
             const int slot = it % STAGES;
@@ -373,7 +371,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, true> loader;  // A rows only
       for (int item = blockIdx.x; item < items; item += gridDim.x) {
         int tile, n0;
-        walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+        walk_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
         const int expert = args.tile_expert[tile];
         loader.init(args, tile * BLOCK_M, n0, expert, tid);
         for (int i = 0; i < local_tiles; ++i, ++it) {
@@ -399,7 +397,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     int it = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       int tile, n0;
-      walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+      walk_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
       const int expert = args.tile_expert[tile], row0 = tile * BLOCK_M;
       sm90::named_barrier(1, CONSUMERS);  // the previous tile's epilogue is done with the row arrays
       for (int i = ctid; i < BLOCK_M; i += CONSUMERS) {

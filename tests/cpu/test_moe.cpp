@@ -39,7 +39,6 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
   for (auto& c : moe_quant_tile_sweep_cases(227 * 1024, "sm_90a")) sweep.push_back(std::move(c));
   for (const auto& c : moe_swap_ab_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : moe_wgmma_cases()) sweep.push_back({c.spec, c.config});
-  for (const auto& c : moe_band_walk_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : moe_rows16_cases())  // GEMM2 storing DTYPE rows, as the forward at M = 1024 compiles it
     for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a", true))
       if (seen.insert(s.to_json().dump()).second) specs.push_back(s);
@@ -267,45 +266,21 @@ TEST_CASE("half floats: round to nearest even, exact round trips") {
   CHECK(std::isnan(bf16_bits_to_float(float_to_bf16_bits(std::nanf("")))));
 }
 
-TEST_CASE("moe: every walk of the wgmma kernels visits each (row tile, column tile) once") {
+TEST_CASE("moe: the wgmma kernels' grouped walk visits each (row tile, column tile) once") {
   for (int col_tiles : {1, 2, 7, 28, 56})
-    for (int row_tiles : {1, 3, 8, 9, 130})
-      for (int band : {0, 1, 2, 3, 5, 56}) {
-        std::vector<int> seen(static_cast<std::size_t>(col_tiles) * row_tiles, 0);
-        bool in_range = true;
-        for (int item = 0; item < col_tiles * row_tiles; ++item) {
-          const MoeWalkItem w = moe_walk_item(item, col_tiles, row_tiles, band);
-          if (w.tile < 0 || w.tile >= row_tiles || w.col_tile < 0 || w.col_tile >= col_tiles) {
-            in_range = false;
-            break;
-          }
-          ++seen[static_cast<std::size_t>(w.tile) * col_tiles + w.col_tile];
-        }
-        INFO(fmt::format("col tiles {} row tiles {} band {}", col_tiles, row_tiles, band));
-        CHECK(in_range);
-        CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+    for (int row_tiles : {1, 3, 8, 9, 130}) {
+      std::vector<int> seen(static_cast<std::size_t>(col_tiles) * row_tiles, 0);
+      bool in_range = true;
+      for (int item = 0; item < col_tiles * row_tiles && in_range; ++item) {
+        const MoeWalkItem w = moe_walk_item(item, col_tiles, row_tiles);
+        in_range = w.tile >= 0 && w.tile < row_tiles && w.col_tile >= 0 && w.col_tile < col_tiles;
+        if (in_range) ++seen[static_cast<std::size_t>(w.tile) * col_tiles + w.col_tile];
       }
-  // Banded: a band's column tiles run before the next band's, each row tile's next to each other.
-  const MoeWalkItem a = moe_walk_item(0, 56, 130, 2), b = moe_walk_item(1, 56, 130, 2), c = moe_walk_item(2, 56, 130, 2);
-  CHECK((a.tile == 0 && a.col_tile == 0 && b.tile == 0 && b.col_tile == 1 && c.tile == 1 && c.col_tile == 0));
-  CHECK(moe_walk_item(2 * 130, 56, 130, 2).col_tile == 2);
-}
-
-TEST_CASE("moe: GEMM2's top-k sum walks column bands only where its output outgrows L2") {
-  constexpr long long l2 = 50LL << 20;
-  // DeepSeek-V3 TP8 (top_k 8, hidden 7168, intermediate 256), M = 8192 in bf16: a 235 MB fp32
-  // output, 1.9 GB of adds; bands of a quarter of L2 at most.
-  const int band = moe_sum_band_col_tiles(8192, 8192 * 8, 7168, 256, 8192LL * 8 * 256 * 2, l2);
-  CHECK(band >= 1);
-  CHECK(8192LL * band * 256 * 4 <= l2 / 4);
-  // An output within half of L2: the grouped walk (M = 128, and anything small).
-  CHECK(moe_sum_band_col_tiles(128, 128 * 8, 7168, 256, 128LL * 8 * 256 * 2, l2) == 0);
-  // Mixtral-8x7B at M = 8192 (top_k 2, hidden 4096, intermediate 14336): the A rows (470 MB) read
-  // again per band would cost more than the adds save.
-  CHECK(moe_sum_band_col_tiles(8192, 8192 * 2, 4096, 128, 8192LL * 2 * 14336 * 2, l2) == 0);
-  // One column tile: the bands would be the grouped walk.
-  CHECK(moe_sum_band_col_tiles(65536, 65536 * 8, 256, 256, 65536LL * 8 * 128 * 2, l2) == 0);
-  // Degenerate input: the grouped walk.
-  CHECK(moe_sum_band_col_tiles(0, 0, 7168, 256, 0, l2) == 0);
-  CHECK(moe_sum_band_col_tiles(8192, 65536, 7168, 256, 1, 0) == 0);
+      INFO(fmt::format("col tiles {} row tiles {}", col_tiles, row_tiles));
+      CHECK(in_range);
+      CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+    }
+  // The first group sweeps 8 row tiles per column tile before the next column tile.
+  const MoeWalkItem a = moe_walk_item(0, 56, 130), b = moe_walk_item(1, 56, 130), c = moe_walk_item(8, 56, 130);
+  CHECK((a.tile == 0 && a.col_tile == 0 && b.tile == 1 && b.col_tile == 0 && c.tile == 0 && c.col_tile == 1));
 }

@@ -11,7 +11,6 @@
 #include "jit/moe_names.h"
 #include "support/moe_cases.h"
 #include "support/test_support.h"
-#include "templates/moe/moe_tile_walk.cuh"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -206,32 +205,6 @@ TEST_CASE("gpu moe: the wgmma kernel equals the fp64 reference") {
   }
   const int checked = check_kernel_cases(rt, moe_wgmma_cases(), 2100, "wgmma");
   MESSAGE(fmt::format("{} wgmma forwards checked against the fp64 reference", checked));
-}
-
-// GEMM2's top-k sum walking column bands (moe_tile_walk.cuh): the launch picks bands for these
-// shapes on an L2 of up to ~110 MB; each band's item order must still cover every tile once.
-TEST_CASE("gpu moe: the wgmma kernels' column-band walk equals the fp64 reference") {
-  Runtime rt(test_options(""));
-  if (!gpu_or_skip(rt, "gpu moe band walk")) return;
-  if (!arch_has_wgmma(rt.device_arch())) {
-    MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
-    return;
-  }
-  const auto cases = moe_band_walk_cases();
-  for (const auto& c : cases)
-    for (int m : c.token_counts) {
-      const long long rows = static_cast<long long>(m) * c.spec.top_k;
-      const int bands = moe_sum_band_col_tiles(m, rows, c.spec.hidden, c.config.gemm2.block_n,
-                                               rows * c.spec.intermediate * (quant_is_fp8(c.spec.quant) ? 1 : 2),
-                                               rt.device().info().l2_bytes);
-      MESSAGE(fmt::format("{} M={} {}: {} column tiles per band", c.spec.describe(), m, c.config.describe(), bands));
-      if (bands == 0) {
-        MESSAGE("SKIPPED: this device's L2 holds the output; the launch keeps the grouped walk");
-        return;
-      }
-    }
-  const int checked = check_kernel_cases(rt, cases, 2300, "wgmma");
-  MESSAGE(fmt::format("{} banded-walk forwards checked against the fp64 reference", checked));
 }
 
 // Large batches in the fast mode: GEMM2 stores each routed slot's row in DTYPE and reduce16 sums a

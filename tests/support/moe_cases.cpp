@@ -348,26 +348,6 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
   return out;
 }
 
-std::vector<MoeKernelCase> moe_band_walk_cases() {
-  // DeepSeek-V3-like GEMM2 (hidden 7168, intermediate 256, top_k 8) at M = 2048: a 59 MB fp32
-  // output, past half of an H100 / H200 L2. 7168 / 192 leaves a part column tile in the last band.
-  std::vector<MoeKernelCase> out;
-  for (MoeQuant q : {kQuantNone, kQuantFp8Block}) {
-    const MoeSpec spec = small_layer(32, 8, 7168, 256, kActSiluMul, kDTypeBF16, q);
-    const bool fp8 = q != kQuantNone;
-    MoeTileConfig plain, persistent;
-    plain.block_m = 128;
-    plain.gemm1 = wgmma_tile(64, 4);
-    plain.gemm2 = wgmma_tile(fp8 ? 128 : 256, 4);
-    persistent.block_m = fp8 ? 128 : 64;
-    persistent.gemm1 = wgmma_tile(64, 4, 0, true);
-    persistent.gemm2 = wgmma_tile(fp8 ? 128 : 192, fp8 ? 3 : 4, 0, true);
-    out.push_back({spec, plain, {2048}});
-    out.push_back({spec, persistent, {1500, 2048}});
-  }
-  return out;
-}
-
 std::vector<MoeKernelCase> moe_rows16_cases() {
   // M = 1024 x top_k 8 x hidden 2048 x 4 bytes = 64 MiB of fp32 adds: GEMM2 stores DTYPE rows.
   std::vector<MoeKernelCase> out;

@@ -46,9 +46,6 @@ std::vector<MoeKernelCase> moe_swap_ab_cases();
 // CTAs, plain and persistent; fp8 w8a8 with block / channel / tensor scales on both variants.
 // Tokens 40 and 300 (several row tiles per expert).
 std::vector<MoeKernelCase> moe_wgmma_cases();
-// GEMM2's top-k sum walking column bands (an fp32 output beyond half of L2): bf16 and fp8_block,
-// the plain and the persistent wgmma kernel, at M = 1500 and 2048.
-std::vector<MoeKernelCase> moe_band_walk_cases();
 // The fast mode's large batches, where GEMM2 stores per-slot DTYPE rows summed by reduce16
 // (moe_gemm2_rows16): bf16, fp8_block and int4 weights with biases on the shared-memory, swap-AB and
 // wgmma (plain, persistent) kernels, M = 1024.
