@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
 #include "common/error.h"
@@ -46,7 +45,10 @@ std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
 // they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.
 constexpr std::size_t kSplitKPartialCapBytes = std::size_t(16) << 20;
 // GEMM2's fp32 top-k adds from which the fast mode stores DTYPE rows and sums them in a second kernel
-// (moe_gemm2_rows16). TEMP: set from the H200 A/B below.
+// by default (moe_gemm2_rows16). H200, same-run A/B of the two sums on the tuned tiles: rows won
+// 3-13% from ~64 MiB of adds on (DeepSeek-V3 TP8 M >= 512, Qwen3-30B-A3B M >= 1024, every layer at
+// M = 8192), lost 2-6% on some buckets between (gpt-oss-120b, DeepSeek-V2-Lite at M = 4096): the
+// tuner tries both per bucket (TopkSum).
 constexpr long long kMoeRows16MinAddBytes = 64LL << 20;
 
 // CTAs of `kernel` one SM holds at once (threads, registers, shared memory): split-K fills one wave.
@@ -173,7 +175,6 @@ long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m) {
 
 bool moe_gemm2_rows16(const MoeSpec& spec, long long num_tokens) {
   if (!spec.fused || spec.reduce != ReduceMode::Fast) return false;
-  if (const char* e = std::getenv("MOEJIT_ROWS16")) return std::atoi(e) != 0;  // TEMP experiment
   return num_tokens * spec.top_k * spec.hidden * 4 >= kMoeRows16MinAddBytes;
 }
 
