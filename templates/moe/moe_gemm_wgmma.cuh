@@ -395,19 +395,38 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     float part[BLOCK_SCALED ? T::G * T::NI * 4 : 1];  // fp8 block scales: one k tile's sums
     float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
     int it = 0;
+    // Each item's row data is fetched one item ahead, off the critical path: consumer thread ctid <
+    // BLOCK_M (CONSUMERS = 2 BLOCK_M) holds row ctid's routed slot and router weight, and the
+    // tile's expert. The next tile's slot loads are issued before this tile's k loop, the weights
+    // (which need the slot) after it. Fetched at tile start, these two dependent round trips
+    // were the top stall of GEMM2s with few k tiles (DeepSeek-V3 TP8, K = 256: 4 per tile).
+    static_assert(CONSUMERS >= BLOCK_M, "a consumer thread per tile row");
+    auto fetch_slot = [&](int item, int& expert) {
+      if (item >= items) return -1;
+      int tile, n0;
+      walk_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+      expert = args.tile_expert[tile];
+      return ctid < BLOCK_M ? args.gather_index[tile * BLOCK_M + ctid] : -1;
+    };
+    auto fetch_weight = [&](int slot) {
+      return (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
+    };
+    int expert_next = 0;
+    int slot_next = fetch_slot(blockIdx.x, expert_next);
+    float weight_next = fetch_weight(slot_next);
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       int tile, n0;
       walk_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
-      const int expert = args.tile_expert[tile], row0 = tile * BLOCK_M;
+      const int expert = expert_next, row0 = tile * BLOCK_M;
       sm90::named_barrier(1, CONSUMERS);  // the previous tile's epilogue is done with the row arrays
-      for (int i = ctid; i < BLOCK_M; i += CONSUMERS) {
-        const int slot = args.gather_index[row0 + i];
-        s_slot[i] = slot;
-        s_arow[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + i);
-        s_weight[i] = (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
+      if (ctid < BLOCK_M) {
+        s_slot[ctid] = slot_next;
+        s_arow[ctid] = slot_next < 0 ? -1 : (ROLE == kRoleGemm1 ? slot_next / args.top_k : row0 + ctid);
+        s_weight[ctid] = weight_next;
       }
       if constexpr (EPILOGUE_SCALED) column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, ctid, CONSUMERS, s_col_scale);
       sm90::named_barrier(1, CONSUMERS);
+      slot_next = fetch_slot(item + gridDim.x, expert_next);
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) d[e] = 0.f;
       int held = -1;  // the slot whose wgmma may still run
@@ -440,6 +459,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       }
       sm90::wait<0>();
       if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
+      weight_next = fetch_weight(slot_next);  // lands during the epilogue
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
       moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
