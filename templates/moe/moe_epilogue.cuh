@@ -28,6 +28,26 @@ __device__ inline void store4(void* base, long long index, float4 v) {
   *reinterpret_cast<uint2*>(static_cast<unsigned short*>(base) + index) = packed;
 }
 
+// body(token, first column) for every chunk of COLS columns of the output, grid-stride.
+template <int COLS, int THREADS, class Body>
+__device__ inline void for_each_chunk(const MoeReduceArgs& args, const Body& body) {
+  const long long chunks = args.cols / COLS;
+  const long long total = static_cast<long long>(args.num_tokens) * chunks;
+  for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;
+       i += static_cast<long long>(gridDim.x) * THREADS)
+    body(i / chunks, static_cast<int>(i % chunks) * COLS);
+}
+
+// add(row) for token t's routed slots in slot order, skipping dropped ones (scatter index -1).
+template <int TOPK, class Add>
+__device__ inline void for_each_routed_slot(const MoeReduceArgs& args, long long t, const Add& add) {
+#pragma unroll
+  for (int s = 0; s < TOPK; ++s) {
+    const long long slot = t * TOPK + s;
+    if (args.scatter_index[slot] >= 0) add(slot);
+  }
+}
+
 }  // namespace moe_epilogue_detail
 
 template <int DTYPE, int ACT, int THREADS>
@@ -66,26 +86,17 @@ __global__ void __launch_bounds__(THREADS) moe_activation_kernel(const MoeActiva
 template <int DTYPE, int TOPK, int THREADS>
 __global__ void __launch_bounds__(THREADS, 1) moe_reduce_kernel(const MoeReduceArgs args) {
   pdl::wait();  // may be launched under GEMM2's tail (programmatic dependent launch)
-  const long long quads = args.cols / 4;
-  const long long total = static_cast<long long>(args.num_tokens) * quads;
-  for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;
-       i += static_cast<long long>(gridDim.x) * THREADS) {
-    const long long t = i / quads;
-    const int col = static_cast<int>(i % quads) * 4;
+  moe_epilogue_detail::for_each_chunk<4, THREADS>(args, [&](long long t, int col) {
     float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int s = 0; s < TOPK; ++s) {
-      const long long slot = t * TOPK + s;
-      if (args.scatter_index[slot] >= 0) {
-        const float4 r = *reinterpret_cast<const float4*>(static_cast<const float*>(args.in) + slot * args.ld_in + col);
-        sum.x += r.x;
-        sum.y += r.y;
-        sum.z += r.z;
-        sum.w += r.w;
-      }
-    }
+    moe_epilogue_detail::for_each_routed_slot<TOPK>(args, t, [&](long long slot) {
+      const float4 r = *reinterpret_cast<const float4*>(static_cast<const float*>(args.in) + slot * args.ld_in + col);
+      sum.x += r.x;
+      sum.y += r.y;
+      sum.z += r.z;
+      sum.w += r.w;
+    });
     moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col, sum);
-  }
+  });
 }
 
 // The fast mode's top-k sum of large batches: GEMM2 stored each routed slot's row in DTYPE
@@ -95,44 +106,30 @@ template <int DTYPE, int TOPK, int THREADS>
 __global__ void __launch_bounds__(THREADS, 1) moe_reduce16_kernel(const MoeReduceArgs args) {
   pdl::wait();
   const unsigned short* in = static_cast<const unsigned short*>(args.in);
-  const long long octets = args.cols / 8;
-  const long long total = static_cast<long long>(args.num_tokens) * octets;
-  for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;
-       i += static_cast<long long>(gridDim.x) * THREADS) {
-    const long long t = i / octets;
-    const int col = static_cast<int>(i % octets) * 8;
+  moe_epilogue_detail::for_each_chunk<8, THREADS>(args, [&](long long t, int col) {
     float sum[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    moe_epilogue_detail::for_each_routed_slot<TOPK>(args, t, [&](long long slot) {
+      const uint4 r = *reinterpret_cast<const uint4*>(in + slot * args.ld_in + col);
+      const unsigned words[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
-    for (int s = 0; s < TOPK; ++s) {
-      const long long slot = t * TOPK + s;
-      if (args.scatter_index[slot] >= 0) {
-        const uint4 r = *reinterpret_cast<const uint4*>(in + slot * args.ld_in + col);
-        const unsigned words[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          sum[2 * w] += sm80::to_float<DTYPE>(static_cast<unsigned short>(words[w] & 0xffffu));
-          sum[2 * w + 1] += sm80::to_float<DTYPE>(static_cast<unsigned short>(words[w] >> 16));
-        }
+      for (int w = 0; w < 4; ++w) {
+        sum[2 * w] += sm80::to_float<DTYPE>(static_cast<unsigned short>(words[w] & 0xffffu));
+        sum[2 * w + 1] += sm80::to_float<DTYPE>(static_cast<unsigned short>(words[w] >> 16));
       }
-    }
+    });
     // out is 8-byte aligned (the layer's contract): two 8-byte stores.
     moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col, make_float4(sum[0], sum[1], sum[2], sum[3]));
     moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col + 4, make_float4(sum[4], sum[5], sum[6], sum[7]));
-  }
+  });
 }
 
 template <int DTYPE, int TOPK, int THREADS>
 __global__ void __launch_bounds__(THREADS) moe_cast_kernel(const MoeReduceArgs args) {
   pdl::wait();
-  const long long quads = args.cols / 4;
-  const long long total = static_cast<long long>(args.num_tokens) * quads;
-  for (long long i = blockIdx.x * static_cast<long long>(THREADS) + threadIdx.x; i < total;
-       i += static_cast<long long>(gridDim.x) * THREADS) {
-    const long long t = i / quads;
-    const int col = static_cast<int>(i % quads) * 4;
+  moe_epilogue_detail::for_each_chunk<4, THREADS>(args, [&](long long t, int col) {
     const float4 r = *reinterpret_cast<const float4*>(static_cast<const float*>(args.in) + t * args.ld_in + col);
     moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col, r);
-  }
+  });
 }
 
 }  // namespace moejit
