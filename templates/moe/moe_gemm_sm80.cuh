@@ -373,9 +373,9 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
     __syncthreads();
   }
 
-  moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wm * WM, wn * WN, lane, n0, expert, s_slot,
-                                                                s_arow, s_weight, s_col_scale,
-                                                                moe_store::DirectSink<ROLE, DTYPE>{args, row0});
+  moe_store::store_fragments_checked<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wm * WM, wn * WN, lane, n0, expert,
+                                                                        s_slot, s_arow, s_weight, s_col_scale,
+                                                                        moe_store::DirectSink<ROLE, DTYPE>{args, row0});
 }
 
 }  // namespace moejit

@@ -21,11 +21,14 @@ namespace moe_store {
 // sink(rl, col, slot, a, b): GEMM1 values are activated, GEMM2 ones carry bias and router weight.
 // direct_sink below stores them to global memory; the wgmma kernel stages them in shared memory.
 //
-// HAS_BIAS is decided once per tile (store_fragments below): with the bias test inside the loop,
-// the no-bias epilogue still ran a predicated-off load per pair, and the adds waiting on those
-// loads' scoreboards (queued behind the tile's stores) were 31% of the stall samples of DeepSeek-V3
-// TP8's GEMM2 at M = 8192 (H200, ncu source counters).
-template <bool HAS_BIAS, int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_N, int G, int MI, int NI, class Sink>
+// BIAS: kBiasNone / kBiasAlways, decided once per tile (store_fragments below), or kBiasChecked,
+// tested per pair (store_fragments_checked). With the test inside the loop the no-bias epilogue
+// still ran a predicated-off load per pair, and the adds waiting on those loads' scoreboards
+// (queued behind the tile's stores) were 31% of the stall samples of DeepSeek-V3 TP8's wgmma GEMM2
+// at M = 8192 (H200, ncu source counters). The shared-memory kernel keeps the per-pair test: its
+// 128-accumulator tiles spilled with two epilogue instances.
+enum BiasMode : int { kBiasNone = 0, kBiasAlways = 1, kBiasChecked = 2 };
+template <int BIAS, int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_N, int G, int MI, int NI, class Sink>
 __device__ inline void store_fragments_with(const MoeGemmArgs& args, const float (&acc)[G][MI][NI][4], int tile_row,
                                             int tile_col, int lane, int n0, const float* bias, const int* s_slot,
                                             const int* s_arow, const float* s_weight, const float* s_col_scale,
@@ -64,14 +67,14 @@ __device__ inline void store_fragments_with(const MoeGemmArgs& args, const float
             if constexpr (GATED) {
               float u = acc[G - 1][mi][ni][2 * h + j] * col_scale[G - 1][j];
               if (args.weight_on_input) u *= w;
-              if constexpr (HAS_BIAS) {
+              if (BIAS == kBiasAlways || (BIAS == kBiasChecked && bias)) {
                 const int c = col + j;
                 v[j] += bias[INTERLEAVED ? 2 * c : c];
                 u += bias[INTERLEAVED ? 2 * c + 1 : c + args.up_row_offset];
               }
               out[j] = act::gated<ACT>(v[j], u, args.alpha, args.limit);
             } else {
-              if constexpr (HAS_BIAS) v[j] += bias[col + j];
+              if (BIAS == kBiasAlways || (BIAS == kBiasChecked && bias)) v[j] += bias[col + j];
               out[j] = act::single<ACT>(v[j]);
             }
           }
@@ -79,7 +82,7 @@ __device__ inline void store_fragments_with(const MoeGemmArgs& args, const float
         } else {
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            if constexpr (HAS_BIAS) v[j] += bias[col + j];
+            if (BIAS == kBiasAlways || (BIAS == kBiasChecked && bias)) v[j] += bias[col + j];
             if (args.weight_on_output) v[j] *= w;
           }
           sink(rl, col, g, v[0], v[1]);
@@ -97,11 +100,22 @@ __device__ inline void store_fragments(const MoeGemmArgs& args, const float (&ac
   const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
                                                                            : nullptr;
   if (bias)
-    store_fragments_with<true, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, bias, s_slot,
-                                                                 s_arow, s_weight, s_col_scale, sink);
+    store_fragments_with<kBiasAlways, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, bias,
+                                                                        s_slot, s_arow, s_weight, s_col_scale, sink);
   else
-    store_fragments_with<false, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, nullptr,
-                                                                  s_slot, s_arow, s_weight, s_col_scale, sink);
+    store_fragments_with<kBiasNone, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, nullptr,
+                                                                      s_slot, s_arow, s_weight, s_col_scale, sink);
+}
+
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_N, int G, int MI, int NI, class Sink>
+__device__ inline void store_fragments_checked(const MoeGemmArgs& args, const float (&acc)[G][MI][NI][4], int tile_row,
+                                               int tile_col, int lane, int n0, int expert, const int* s_slot,
+                                               const int* s_arow, const float* s_weight, const float* s_col_scale,
+                                               const Sink& sink) {
+  const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
+                                                                           : nullptr;
+  store_fragments_with<kBiasChecked, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, bias,
+                                                                       s_slot, s_arow, s_weight, s_col_scale, sink);
 }
 
 // Stores a pair straight to global memory: GEMM1 -> DTYPE intermediate row row0 + rl; GEMM2 ->
