@@ -7,6 +7,7 @@
 #include "common/mma_sm80.cuh"
 #include "moe/activations.cuh"
 #include "moe/moe_gemm_args.cuh"
+#include "moe/moe_tile_rows.cuh"
 
 namespace moejit {
 namespace moe_store {
@@ -97,8 +98,7 @@ __device__ inline void store_fragments(const MoeGemmArgs& args, const float (&ac
                                        int tile_col, int lane, int n0, int expert, const int* s_slot,
                                        const int* s_arow, const float* s_weight, const float* s_col_scale,
                                        const Sink& sink) {
-  const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
-                                                                           : nullptr;
+  const float* bias = moe_tile::tile_bias<ROLE>(args, expert);
   if (bias)
     store_fragments_with<kBiasAlways, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, bias,
                                                                         s_slot, s_arow, s_weight, s_col_scale, sink);
@@ -112,8 +112,7 @@ __device__ inline void store_fragments_checked(const MoeGemmArgs& args, const fl
                                                int tile_col, int lane, int n0, int expert, const int* s_slot,
                                                const int* s_arow, const float* s_weight, const float* s_col_scale,
                                                const Sink& sink) {
-  const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
-                                                                           : nullptr;
+  const float* bias = moe_tile::tile_bias<ROLE>(args, expert);
   store_fragments_with<kBiasChecked, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, bias,
                                                                        s_slot, s_arow, s_weight, s_col_scale, sink);
 }

@@ -387,8 +387,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
                                                                            (wrow[h] >> args.b_scale_row_shift) *
                                                                                args.b_scale_row_stride];
   }
-  const float* bias = args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride
-                                                                           : nullptr;
+  const float* bias = moe_tile::tile_bias<ROLE>(args, expert);
 #pragma unroll
   for (int f = 0; f < NF; ++f)
 #pragma unroll

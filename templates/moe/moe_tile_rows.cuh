@@ -1,6 +1,6 @@
 // What both moe_gemm kernels (moe_gemm_sm80.cuh, moe_gemm_swap_ab.cuh) read about a row tile of the
 // routing tile map: its routed slots, the A row of each, the router weights; and which weight row
-// feeds an output column (gate / up halves of gated activations).
+// feeds an output column (gate / up halves of gated activations), and its bias row.
 #pragma once
 
 #include "moe/activation_kinds.cuh"
@@ -21,6 +21,13 @@ __device__ inline void stage_rows(const MoeGemmArgs& args, int row0, int* s_slot
     s_weight[i] = (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
   }
   __syncthreads();
+}
+
+// The tile's bias row (its expert's), or null: none given, or a GEMM2 split after the first
+// (split 0 adds it).
+template <int ROLE>
+__device__ inline const float* tile_bias(const MoeGemmArgs& args, int expert) {
+  return args.bias && (ROLE == kRoleGemm1 || blockIdx.z == 0) ? args.bias + expert * args.bias_expert_stride : nullptr;
 }
 
 // The weight row feeding output column `col` (half 0 = gate / the only one, 1 = up), or -1 past
