@@ -32,7 +32,7 @@ struct GemmTile {
   bool operator==(const GemmTile&) const = default;
 };
 
-// How the fast mode's GEMM2 forms each token's top-k sum: Auto = by batch size (moe_gemm2_rows16);
+// How the fast mode's GEMM2 forms each token's top-k sum: Auto = by batch size (moe_gemm2_stores_rows16);
 // Atomic = fp32 adds into the token's row, then a cast; Rows = each routed slot's row stored in
 // DTYPE, then summed per token by a second kernel (needs an unsplit GEMM2). The deterministic mode
 // always stores fp32 rows.

@@ -45,7 +45,7 @@ std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
 // they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.
 constexpr std::size_t kSplitKPartialCapBytes = std::size_t(16) << 20;
 // GEMM2's fp32 top-k adds from which the fast mode stores DTYPE rows and sums them in a second kernel
-// by default (moe_gemm2_rows16). H200, same-run A/B of the two sums on the tuned tiles: rows won
+// by default (TopkSum::Auto). H200, same-run A/B of the two sums on the tuned tiles: rows won
 // 3-13% from ~64 MiB of adds on (DeepSeek-V3 TP8 M >= 512, Qwen3-30B-A3B M >= 1024, every layer at
 // M = 8192), lost 2-6% on some buckets between (gpt-oss-120b, DeepSeek-V2-Lite at M = 4096): the
 // tuner tries both per bucket (TopkSum).
@@ -173,11 +173,6 @@ long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m) {
   return gemm.get_int("smem_bytes") + moe_gemm_static_smem_bytes(block_m);
 }
 
-bool moe_gemm2_rows16(const MoeSpec& spec, long long num_tokens) {
-  if (!spec.fused || spec.reduce != ReduceMode::Fast) return false;
-  return num_tokens * spec.top_k * spec.hidden * 4 >= kMoeRows16MinAddBytes;
-}
-
 bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, long long num_tokens) {
   const bool possible = spec.fused && spec.reduce == ReduceMode::Fast && config.gemm2.split_k <= 1;
   switch (config.topk_sum) {
@@ -192,8 +187,20 @@ bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, l
     case TopkSum::Auto:
       break;
   }
-  return possible && moe_gemm2_rows16(spec, num_tokens);
+  // The default: DTYPE rows from kMoeRows16MinAddBytes of fp32 adds on (monotone in num_tokens).
+  return possible && num_tokens * spec.top_k * spec.hidden * 4 >= kMoeRows16MinAddBytes;
 }
+
+namespace {
+// GEMM2 roles (false: fp32 adds / rows, true: DTYPE rows) forwards of 1..max_tokens tokens with
+// `config` run; the rule is monotone in the token count, so the ends decide.
+std::vector<bool> gemm2_roles_upto(const MoeSpec& spec, const MoeTileConfig& config, int max_tokens) {
+  std::vector<bool> roles;
+  if (!moe_gemm2_stores_rows16(spec, config, 1)) roles.push_back(false);
+  if (moe_gemm2_stores_rows16(spec, config, max_tokens)) roles.push_back(true);
+  return roles;
+}
+}  // namespace
 
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch,
                                                 bool gemm2_rows16) {
@@ -272,11 +279,9 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
       routing_fused_spec(router, arch),
       RoutingSorter::spec_for({.num_experts = router.num_experts, .top_k = router.top_k}, arch)};
   for (const auto& config : heuristic_tile_configs(spec, max_tokens, arch))
-    for (bool rows16 : {false, true}) {
-      if (rows16 && !moe_gemm2_stores_rows16(spec, config, max_tokens)) continue;
+    for (bool rows16 : gemm2_roles_upto(spec, config, max_tokens))
       for (auto& s : moe_expert_kernel_specs(spec, config, arch, rows16))
         if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
-    }
   return out;
 }
 
@@ -312,18 +317,15 @@ void MoeLayer::prepare(int max_tokens) {
     for (const auto& e : tuned_)  // every bucket up to max_tokens, and the one nearest above it
       if (e.m <= max_tokens || configs.empty() || e.m == tuned_.back().m) configs.push_back(e.config);
   }
-  // GEMM2's DTYPE-row variant too where a batch up to max_tokens uses it (moe_gemm2_rows16).
-  auto rows16_for = [&](const MoeTileConfig& c) { return moe_gemm2_stores_rows16(spec_, c, max_tokens); };
+  // Each config in every GEMM2 role a batch up to max_tokens runs it in.
   std::vector<KernelSpec> specs = moe_layer_kernel_specs(spec_, 1, arch);
   for (const auto& c : configs)
-    for (bool rows16 : {false, true})
-      if (!rows16 || rows16_for(c))
-        for (auto& s : moe_expert_kernel_specs(spec_, c, arch, rows16)) specs.push_back(std::move(s));
+    for (bool rows16 : gemm2_roles_upto(spec_, c, max_tokens))
+      for (auto& s : moe_expert_kernel_specs(spec_, c, arch, rows16)) specs.push_back(std::move(s));
   runtime_.compile_all(specs);
   router_.prepare();
   for (const auto& config : configs)
-    for (bool rows16 : {false, true})
-      if (!rows16 || rows16_for(config)) kernels_for(config, rows16);
+    for (bool rows16 : gemm2_roles_upto(spec_, config, max_tokens)) kernels_for(config, rows16);
 }
 
 const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool gemm2_rows16) {

@@ -87,16 +87,14 @@ struct MoeStageHooks {
 // needs no GPU: CI and `moejit compile --model` compile these ahead.
 std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_tokens, const std::string& arch);
 // The kernels of one forward with tile config `config` (expert stages only); gemm2_rows16: GEMM2
-// stores per-slot DTYPE rows for the reduce16 kernel (moe_gemm2_rows16) instead of fp32 adds.
+// stores per-slot DTYPE rows for the reduce16 kernel (moe_gemm2_stores_rows16) instead of fp32 adds.
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& config,
                                                 const std::string& arch, bool gemm2_rows16 = false);
-// Whether the fast mode's GEMM2 at num_tokens tokens stores per-slot DTYPE rows that a separate
-// kernel sums (kRoleGemm2Rows16) by default (TopkSum::Auto) instead of adding fp32 rows atomically
-// into the token's row: from kMoeRows16MinAddBytes of adds (M * top_k * hidden * 4) on. Monotone in
-// num_tokens.
-bool moe_gemm2_rows16(const MoeSpec& spec, long long num_tokens);
-// What a forward of num_tokens tokens with `config` does (config.topk_sum; Auto: the rule above, for
-// an unsplit GEMM2). Error where Rows is asked of the deterministic or unfused mode or a split GEMM2.
+// Whether a forward of num_tokens tokens with `config` has GEMM2 store per-slot DTYPE rows that a
+// separate kernel sums (kRoleGemm2Rows16) instead of adding fp32 rows atomically into the token's
+// row: config.topk_sum; Auto = the fused fast mode with an unsplit GEMM2, from 64 MiB of adds
+// (M * top_k * hidden * 4) on, monotone in num_tokens. Error where Rows is asked of the
+// deterministic or unfused mode or a split GEMM2.
 bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, long long num_tokens);
 // Shared memory one CTA of an expert GEMM spec takes (dynamic + the static row arrays of a
 // block_m-row tile); 0 for the other families.

@@ -208,7 +208,7 @@ TEST_CASE("gpu moe: the wgmma kernel equals the fp64 reference") {
 }
 
 // Large batches in the fast mode: GEMM2 stores each routed slot's row in DTYPE and reduce16 sums a
-// token's rows (moe_gemm2_rows16), on every kernel family that can run GEMM2.
+// token's rows (moe_gemm2_stores_rows16), on every kernel family that can run GEMM2.
 TEST_CASE("gpu moe: GEMM2's DTYPE rows and their top-k sum equal the fp64 reference") {
   Runtime rt(test_options(""));
   if (!gpu_or_skip(rt, "gpu moe rows16")) return;

@@ -47,7 +47,7 @@ std::vector<MoeKernelCase> moe_swap_ab_cases();
 // Tokens 40 and 300 (several row tiles per expert).
 std::vector<MoeKernelCase> moe_wgmma_cases();
 // The fast mode's large batches, where GEMM2 stores per-slot DTYPE rows summed by reduce16
-// (moe_gemm2_rows16): bf16, fp8_block and int4 weights with biases on the shared-memory, swap-AB and
+// (moe_gemm2_stores_rows16): bf16, fp8_block and int4 weights with biases on the shared-memory, swap-AB and
 // wgmma (plain, persistent) kernels, M = 1024.
 std::vector<MoeKernelCase> moe_rows16_cases();
 
