@@ -56,7 +56,10 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, con
 
 bool config_fits(const MoeSpec& spec, const MoeTileConfig& config, const DeviceLimits& limits, std::string* why) {
   try {
-    for (const auto& s : moe_expert_kernel_specs(spec, config, limits.arch))
+    // GEMM2 in the role a forward of one token takes (fp32 adds need the most shared memory where
+    // staged; a staged tile that fits only as DTYPE rows takes those at every batch size).
+    for (const auto& s :
+         moe_expert_kernel_specs(spec, config, limits.arch, moe_gemm2_stores_rows16(spec, config, 1)))
       if (moe_gemm_shared_bytes(s, config.block_m) > limits.max_shared_optin) {
         if (why) *why = "shared memory over the device limit";
         return false;
@@ -84,15 +87,16 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
     for (const auto& [wn, wk, stages] :
          {std::tuple{4, 1, 2}, {4, 2, 2}, {4, 4, 2}, {2, 8, 2}, {8, 1, 2}, {4, 1, 4}, {4, 1, 3}, {8, 1, 3}})
       add_if_fits(swap_ab_tile(wn, wk, stages));
-  // wgmma (sm_90a prefill), plain and persistent: weight rows per tile (G * block_n) of 64, 128, 192
-  // or 256 (64: finer tiles even out a decode step's wave), ring depths.
+  // wgmma (sm_90a prefill), plain, persistent and persistent with the staged epilogue: weight rows
+  // per tile (G * block_n) of 64, 128, 192 or 256 (64: finer tiles even out a decode step's wave),
+  // ring depths.
   if (block_m >= 64 && wgmma_supported(spec, limits.arch)) {
     const bool gated = gemm1 && spec.fused && activation_is_gated(spec.activation);
-    for (bool persistent : {false, true})
+    for (int variant : {0, 1, 2})
       for (int rows : {256, 128, 192, 64})
         for (int stages : {4, 3, 5, 6})
           if (rows / (gated ? 2 : 1) <= std::max<long long>(64, next_pow2(width)))
-            add_if_fits(wgmma_tile(rows / (gated ? 2 : 1), stages, 0, persistent));
+            add_if_fits(wgmma_tile(rows / (gated ? 2 : 1), stages, 0, variant >= 1, variant == 2));
   }
   if (block_m < 16) return out;  // the shared-memory kernel's tiles have 16 rows at least
   // k step in elements: a 128-byte smem row, or a 64-byte one (fp8: one byte per element).

@@ -58,7 +58,9 @@ std::string MoeTileConfig::describe() const {
   auto tile = [](const GemmTile& t) {
     const std::string split = t.split_k ? fmt::format(" k/{}", t.split_k) : std::string();
     if (t.swap_ab) return fmt::format("swapab w{}x{} s{}{}", t.warps_n, t.warps_k, t.stages, split);
-    if (t.wgmma) return fmt::format("wgmma bn{} s{}{}{}", t.block_n, t.stages, t.persistent ? " ws" : "", split);
+    if (t.wgmma)
+      return fmt::format("wgmma bn{} s{}{}{}{}", t.block_n, t.stages, t.persistent ? " ws" : "", t.staged ? " st" : "",
+                         split);
     return fmt::format("bn{} bk{} w{}x{} s{}{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages, split);
   };
   const char* sum = topk_sum == TopkSum::Rows ? " sum=rows" : topk_sum == TopkSum::Atomic ? " sum=atomic" : "";
@@ -83,10 +85,11 @@ bool swap_ab_supported(const MoeSpec& spec, bool gemm1) {
 
 bool swap_ab_supported_both(const MoeSpec& spec) { return swap_ab_supported(spec, true) && swap_ab_supported(spec, false); }
 
-GemmTile wgmma_tile(int block_n, int stages, int split_k, bool persistent) {
+GemmTile wgmma_tile(int block_n, int stages, int split_k, bool persistent, bool staged) {
   GemmTile t;
   t.wgmma = true;
   t.persistent = persistent;
+  t.staged = staged;
   t.block_n = block_n;
   t.block_k = t.warps_m = t.warps_n = 0;
   t.stages = stages;

@@ -29,6 +29,11 @@ struct GemmTile {
   // persistent (wgmma tiles only): a CTA per SM walks the tiles, a producer warpgroup feeding the
   // ring across them (moe_gemm_wgmma's persistent variant).
   bool persistent = false;
+  // staged (persistent wgmma tiles only): the epilogue stages the tile in shared memory of its own
+  // beside the ring and stores rows by bulk copies, left in flight over the next tile's k loop.
+  // Faster where the epilogue weighs (GEMM2s of short reductions: DeepSeek-V3 TP8 M = 8192 on an
+  // H200, 2.67 -> 2.29 ms), slower on small tiles; the tuner picks.
+  bool staged = false;
   bool operator==(const GemmTile&) const = default;
 };
 
@@ -70,7 +75,7 @@ bool swap_ab_supported_both(const MoeSpec& spec);  // GEMM1 and GEMM2 (block_m 8
 // weights or fp8 w8a8 (block scales: gate / up rows stacked on 128-row block edges), the fast
 // reduce mode (its fp32 sums within a k tile run in another order than the shared-memory
 // kernel's, so a row's result would depend on which kernel the batch size picked).
-GemmTile wgmma_tile(int block_n, int stages, int split_k = 0, bool persistent = false);
+GemmTile wgmma_tile(int block_n, int stages, int split_k = 0, bool persistent = false, bool staged = false);
 bool wgmma_supported(const MoeSpec& spec, const std::string& arch);
 // Every config the heuristic returns for 1 <= num_tokens <= max_tokens (for eager compiles).
 std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens, const std::string& arch = "");

@@ -46,12 +46,13 @@ nlohmann::json tile_to_json(const GemmTile& t) {
                                : nlohmann::json{{"block_n", t.block_n}, {"block_k", t.block_k}, {"warps_m", t.warps_m},
                                                 {"warps_n", t.warps_n}, {"stages", t.stages}};
   if (t.split_k) j["split_k"] = t.split_k;  // absent = 0 (chosen at launch)
+  if (t.staged) j["staged"] = true;          // absent = false
   return j;
 }
 GemmTile tile_from_json(const nlohmann::json& j) {
   if (j.value("wgmma", false))
     return wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
-                      j.value("persistent", false));
+                      j.value("persistent", false), j.value("staged", false));
   if (j.value("swap_ab", false))
     return swap_ab_tile(j.at("warps_n").get<int>(), j.at("warps_k").get<int>(), j.at("stages").get<int>(),
                         j.value("split_k", 0));

@@ -272,7 +272,7 @@ std::vector<TuneResult> MoeTuner::run() {
     if (sum_choice && best.gemm2.split_k <= 1 && best.topk_sum == TopkSum::Auto) {
       MoeTileConfig other = best;
       other.topk_sum = moe_gemm2_stores_rows16(spec_, best, m) ? TopkSum::Atomic : TopkSum::Rows;
-      try_all({other}, "topk_sum");
+      if (config_fits(spec_, other, limits)) try_all({other}, "topk_sum");  // (a staged tile may be rows-only)
     }
     if (best_us < 0) throw Error(Phase::Tune, fmt::format("tune: no config ran for M={} (see the warnings)", m));
     r.config = best;

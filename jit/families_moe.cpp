@@ -15,7 +15,7 @@ namespace moejit {
 
 namespace {
 
-constexpr std::int64_t kMaxSharedBytes = 227 * 1024;  // opt-in limit of sm_90 / sm_100 (sm_80: 163 KiB)
+constexpr std::int64_t kMaxSharedBytes = kMoeWgmmaMaxSharedBytes;  // opt-in limit of sm_90 / sm_100 (sm_80: 163 KiB)
 constexpr std::int64_t kMaxStaticSharedBytes = 48 * 1024;
 constexpr std::int64_t kElementwiseThreads = 256;
 
@@ -41,6 +41,12 @@ ParamDesc gemm_role_param() {
                      {"gemm2_rows", "moejit::kRoleGemm2Rows"},
                      {"gemm2_atomic", "moejit::kRoleGemm2Atomic"},
                      {"gemm2_rows16", "moejit::kRoleGemm2Rows16"}});
+}
+
+int gemm_role_code(const KernelSpec& s) {
+  const std::string& role = s.get_string("role");
+  return role == "gemm1" ? kRoleGemm1 : role == "gemm2_rows" ? kRoleGemm2Rows : role == "gemm2_rows16" ? kRoleGemm2Rows16
+                                                                                                      : kRoleGemm2Atomic;
 }
 
 void check_gemm_role_activation(const KernelSpec& s, int act) {
@@ -205,6 +211,10 @@ FamilyInfo moe_gemm_wgmma_family() {
       int_param("persistent", "PERSISTENT",
                 "1: persistent CTAs, a producer warpgroup feeding the ring across tiles (mbarriers); 0: a CTA per tile",
                 0, 0, 1),
+      int_param("staged_epilogue", "STAGED",
+                "1 (persistent only): the epilogue stages each tile in shared memory of its own beside the ring and "
+                "stores rows by bulk copies; 0: fragment-order stores straight to global memory",
+                0, 0, 1),
       derived_int("block_k", "", "k per tile: one 128-byte swizzled row (64 16-bit or 128 e4m3 elements)"),
       derived_int("threads", "", "threads per CTA = 128 per 64 rows (+ 128 producer threads when persistent)"),
       derived_int("b_tma", "",
@@ -243,17 +253,26 @@ FamilyInfo moe_gemm_wgmma_family() {
                   fmt::format("moe_gemm_wgmma: fp8_block needs block_n dividing 128, at most 128 weight rows per tile "
                               "and gate / up rows stacked (block_n {}{}, {})",
                               bn, gated ? " gated" : "", s.get_string("activation")));
-    const std::int64_t smem = moe_wgmma_smem_bytes(int(bm), int(bn), int(stages), gated);
+    const bool persistent = s.get_int("persistent") != 0;
+    const int role = gemm_role_code(s);
+    const bool staged = s.get_int("staged_epilogue") != 0;
+    if (staged && !persistent)
+      throw Error(Phase::Validate, "moe_gemm_wgmma: staged_epilogue = 1 is the persistent variant's (the plain one "
+                                   "always stages its tile in the idle ring)");
+    if (staged && moe_wgmma_staging_bytes(role, int(bm), int(bn), int(stages), gated, true) == 0)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: the staged epilogue's {} x {} tile ({} bytes) does not fit beside {} "
+                              "ring slots in {} bytes of shared memory (fewer stages or a smaller tile)",
+                              bm, bn + 8, bm * (bn + 8) * moe_wgmma_out_bytes(role), stages, kMaxSharedBytes));
+    const std::int64_t smem = moe_wgmma_smem_bytes(role, int(bm), int(bn), int(stages), gated, staged);
     if (smem + moe_gemm_static_smem_bytes(int(bm)) > kMaxSharedBytes)
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)",
                               smem + moe_gemm_static_smem_bytes(int(bm)), kMaxSharedBytes));
-    const bool persistent = s.get_int("persistent") != 0;
     s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
     s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), persistent));
     s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(persistent) ? 1 : 0);
-    s.params["a_tma"] = std::int64_t(
-        moe_wgmma_a_by_tma(s.get_string("role") == "gemm1" ? kRoleGemm1 : kRoleGemm2Atomic, persistent) ? 1 : 0);
+    s.params["a_tma"] = std::int64_t(moe_wgmma_a_by_tma(role, persistent) ? 1 : 0);
     s.params["smem_bytes"] = smem;
   };
   return f;

@@ -187,6 +187,12 @@ bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, l
     case TopkSum::Auto:
       break;
   }
+  // A staged GEMM2 tile whose fp32 staging does not fit beside its ring (128 x 256 beside 3 slots)
+  // runs only as DTYPE rows: Auto takes them at every batch size.
+  const GemmTile& t = config.gemm2;
+  if (possible && t.staged &&
+      moe_wgmma_staging_bytes(kRoleGemm2Atomic, config.block_m, t.block_n, t.stages, false, true) == 0)
+    return true;
   // The default: DTYPE rows from kMoeRows16MinAddBytes of fp32 adds on (monotone in num_tokens).
   return possible && num_tokens * spec.top_k * spec.hidden * 4 >= kMoeRows16MinAddBytes;
 }
@@ -221,6 +227,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
     };
     MOEJIT_REQUIRE(!t.persistent || t.wgmma, "moe: tile config {}: only wgmma tiles have a persistent variant",
                    c.describe());
+    MOEJIT_REQUIRE(!t.staged || t.persistent, "moe: tile config {}: only persistent wgmma tiles have a staged epilogue",
+                   c.describe());
     if (t.wgmma) {
       MOEJIT_REQUIRE(wgmma_supported(spec, arch),
                      "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit or fp8 "
@@ -232,7 +240,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                      c.describe());
       return make("moe_gemm_wgmma", {{"block_n", std::int64_t(t.block_n)},
                                      {"stages", std::int64_t(t.stages)},
-                                     {"persistent", std::int64_t(t.persistent ? 1 : 0)}});
+                                     {"persistent", std::int64_t(t.persistent ? 1 : 0)},
+                                     {"staged_epilogue", std::int64_t(t.staged ? 1 : 0)}});
     }
     if (t.swap_ab) {
       MOEJIT_REQUIRE(swap_ab_supported(spec, gemm1),

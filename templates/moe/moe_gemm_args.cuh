@@ -151,12 +151,35 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_block_k(int quant) { return 128 / qua
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent) {
   return (block_m / 64 + (persistent ? 1 : 0)) * 128;
 }
-MOEJIT_HOST_DEVICE constexpr int moe_wgmma_smem_bytes(int block_m, int block_n, int stages, bool gated) {
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_ring_bytes(int block_m, int block_n, int stages, bool gated) {
   return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024 + stages * 16 + 256 * 4;
 }
-
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays
 // (s_slot, s_arow, s_weight in moe_gemm_sm80.cuh: 3 x 4 bytes per row) and split-K's flag (16).
 MOEJIT_HOST_DEVICE constexpr int moe_gemm_static_smem_bytes(int block_m) { return 12 * block_m + 16; }
+// Shared memory one CTA may use on sm_90 / sm_100 after opting in (sm_80: 163 KiB, no wgmma).
+constexpr int kMoeWgmmaMaxSharedBytes = 227 * 1024;
+// The persistent variant's staged epilogue (STAGED) keeps a finished tile in shared memory of its
+// own (the ring is busy with the next tiles' loads) and writes each row with one bulk copy, as the
+// plain variant does from its idle ring: [BLOCK_M][BLOCK_N + 8] of the output type (DTYPE rows of
+// GEMM1 and kRoleGemm2Rows16, else fp32). 0 where it is not asked for (fragment-order stores
+// straight to global memory) or does not fit beside the ring.
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_out_bytes(int role) {
+  return role == kRoleGemm1 || role == kRoleGemm2Rows16 ? 2 : 4;
+}
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_staging_bytes(int role, int block_m, int block_n, int stages, bool gated,
+                                                          bool staged) {
+  const int bytes = block_m * (block_n + 8) * moe_wgmma_out_bytes(role);
+  return staged && moe_wgmma_ring_bytes(block_m, block_n, stages, gated) + bytes +
+                               moe_gemm_static_smem_bytes(block_m) <=
+                           kMoeWgmmaMaxSharedBytes
+             ? bytes
+             : 0;
+}
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_smem_bytes(int role, int block_m, int block_n, int stages, bool gated,
+                                                      bool staged) {
+  return moe_wgmma_ring_bytes(block_m, block_n, stages, gated) +
+         moe_wgmma_staging_bytes(role, block_m, block_n, stages, gated, staged);
+}
 
 }  // namespace moejit

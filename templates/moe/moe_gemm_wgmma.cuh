@@ -167,6 +167,41 @@ __device__ inline void column_scales(const MoeGemmArgs& args, int n0, int expert
   }
 }
 
+// Epilogue through shared memory: a finished tile staged at s_out ([BLOCK_M][PITCH] of the output
+// type; PITCH = BLOCK_N + 8 spreads the fragment writes over the banks and keeps rows 16-byte
+// aligned), then each row leaves in one bulk copy (GEMM1: DTYPE intermediate; GEMM2 rows: fp32 or
+// DTYPE per slot) or one bulk fp32 add into its token's row (the top-k sum). Fragment-order global
+// stores and atomics cost more than the main loop of narrow layers: each warp instruction touched
+// 8 rows.
+template <int ROLE, int DTYPE, int BLOCK_N>
+struct StagedTile {
+  static constexpr bool OUT16 = moe_wgmma_out_bytes(ROLE) == 2;  // DTYPE rows, else fp32
+  static constexpr int OUT_BYTES = moe_wgmma_out_bytes(ROLE);
+  static constexpr int PITCH = BLOCK_N + 8;
+  unsigned char* s_out;
+  int n0;
+  __device__ void operator()(int rl, int col, int, float a, float b) const {
+    const int at = rl * PITCH + col - n0;
+    if constexpr (OUT16) *reinterpret_cast<unsigned*>(s_out + at * 2) = sm80::pack2<DTYPE>(a, b);
+    else *reinterpret_cast<float2*>(s_out + at * 4) = make_float2(a, b);
+  }
+  // Row rl (routed slot `slot` >= 0) of tile row0 to global memory; committed as one bulk group.
+  __device__ void store_row(const MoeGemmArgs& args, int row0, int rl, int slot) const {
+    const unsigned src = sm80::smem_addr(s_out + rl * PITCH * OUT_BYTES);
+    const unsigned bytes = min(BLOCK_N, args.n_out - n0) * OUT_BYTES;  // n_out is a multiple of 8: whole 16 bytes
+    if constexpr (ROLE == kRoleGemm1) {
+      sm90::bulk_store(static_cast<unsigned short*>(args.c) + (row0 + rl) * args.ldc + n0, src, bytes);
+    } else if constexpr (ROLE == kRoleGemm2Rows) {
+      sm90::bulk_store(static_cast<float*>(args.c) + slot * args.ldc + n0, src, bytes);
+    } else if constexpr (ROLE == kRoleGemm2Rows16) {
+      sm90::bulk_store(static_cast<unsigned short*>(args.c) + slot * args.ldc + n0, src, bytes);
+    } else {
+      sm90::bulk_add_f32(static_cast<float*>(args.c) + (slot / args.top_k) * args.ldc + n0, src, bytes);
+    }
+    sm90::bulk_commit();
+  }
+};
+
 }  // namespace moe_wgmma_detail
 
 namespace moe_wgmma_detail {
@@ -254,42 +289,19 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
   sm80::cp_async_wait<0>();
 
-  // Epilogue through shared memory: the finished tile is staged in the (now idle) ring, rows padded
-  // so that the fragment writes are conflict-free, then each row leaves in one bulk copy (GEMM1:
-  // DTYPE intermediate; GEMM2 rows: fp32 per slot) or one bulk fp32 add into its token's row (the
-  // top-k sum). Fragment-order global stores and atomics cost more than the main loop of narrow
-  // layers: each warp instruction touched 8 rows.
-  constexpr bool OUT16 = ROLE == kRoleGemm1 || ROLE == kRoleGemm2Rows16;  // DTYPE rows, else fp32
-  constexpr int OUT_BYTES = OUT16 ? 2 : 4;
-  constexpr int PITCH = BLOCK_N + 8;  // elements per staged row: 16-byte aligned, fragment writes spread over the banks
-  static_assert(BLOCK_M * PITCH * OUT_BYTES <= STAGES * (T::A_STAGE + T::B_STAGE), "the ring holds the output tile");
+  // Epilogue through shared memory (StagedTile), in the now idle ring.
+  using Out = StagedTile<ROLE, DTYPE, BLOCK_N>;
+  static_assert(BLOCK_M * Out::PITCH * Out::OUT_BYTES <= STAGES * (T::A_STAGE + T::B_STAGE), "the ring holds the output tile");
   __syncthreads();  // every warpgroup is done with the ring
-  unsigned char* s_out = s_a;
-  auto stage = [&](int rl, int col, int, float a, float b) {
-    const int at = rl * PITCH + col - n0;
-    if constexpr (OUT16) *reinterpret_cast<unsigned*>(s_out + at * 2) = sm80::pack2<DTYPE>(a, b);
-    else *reinterpret_cast<float2*>(s_out + at * 4) = make_float2(a, b);
-  };
+  const Out out{s_a, n0};
   // Warp w of warpgroup wg holds rows 64 wg + 16 (w % 4) .. +16 of the tile, every column.
   moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (warp % 4) * 16, 0, lane, n0, expert,
-                                                                s_slot, s_arow, s_weight, s_col_scale, stage);
+                                                                s_slot, s_arow, s_weight, s_col_scale, out);
   sm90::fence_proxy_async();  // the staged tile -> the copy engine
   __syncthreads();
   static_assert(THREADS >= BLOCK_M, "a thread per tile row");
   if (tid < BLOCK_M && s_slot[tid] >= 0) {
-    const int slot = s_slot[tid];
-    const unsigned src = smem_a + tid * PITCH * OUT_BYTES;
-    const unsigned bytes = min(BLOCK_N, args.n_out - n0) * OUT_BYTES;  // n_out is a multiple of 8: whole 16 bytes
-    if constexpr (ROLE == kRoleGemm1) {
-      sm90::bulk_store(static_cast<unsigned short*>(args.c) + (row0 + tid) * args.ldc + n0, src, bytes);
-    } else if constexpr (ROLE == kRoleGemm2Rows) {
-      sm90::bulk_store(static_cast<float*>(args.c) + slot * args.ldc + n0, src, bytes);
-    } else if constexpr (ROLE == kRoleGemm2Rows16) {
-      sm90::bulk_store(static_cast<unsigned short*>(args.c) + slot * args.ldc + n0, src, bytes);
-    } else {
-      sm90::bulk_add_f32(static_cast<float*>(args.c) + (slot / args.top_k) * args.ldc + n0, src, bytes);
-    }
-    sm90::bulk_commit();
+    out.store_row(args, row0, tid, s_slot[tid]);
     sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
   }
 }
@@ -300,7 +312,7 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
 // work items blockIdx.x, + gridDim.x, ... of the grouped walk; the producer runs up to STAGES k
 // tiles ahead, across row tiles, so the next tile's loads overlap this tile's epilogue and no
 // tile starts with an empty pipeline.
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES>
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED_EPILOGUE>
 __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* s_a, int kt_begin, int local_tiles,
                                         int* s_slot, int* s_arow, float* s_weight, unsigned long long* bars) {
   using T = Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
@@ -394,6 +406,12 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     float* d = &acc[0][0][0][0];
     float part[BLOCK_SCALED ? T::G * T::NI * 4 : 1];  // fp8 block scales: one k tile's sums
     float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
+    // The staged epilogue's own tile (StagedTile), after the column scales (the host sizes shared
+    // memory with moe_wgmma_smem_bytes and refuses a staged tile that does not fit).
+    constexpr bool STAGED = STAGED_EPILOGUE;
+    static_assert(!STAGED || moe_wgmma_staging_bytes(ROLE, BLOCK_M, BLOCK_N, STAGES, T::G == 2, true) > 0,
+                  "the staged tile fits beside the ring");
+    unsigned char* s_out = reinterpret_cast<unsigned char*>(s_col_scale + 256);
     int it = 0;
     // Each item's row data is fetched one item ahead, off the critical path: consumer thread ctid <
     // BLOCK_M (CONSUMERS = 2 BLOCK_M) holds row ctid's routed slot and router weight, and the
@@ -462,10 +480,26 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       weight_next = fetch_weight(slot_next);  // lands during the epilogue
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
-      moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
-                                                                    expert, s_slot, s_arow, s_weight, s_col_scale,
-                                                                    moe_store::DirectSink<ROLE, DTYPE>{args, row0});
+      if constexpr (STAGED) {
+        // The previous tile's rows have left the staging tile (their bulk copies were issued a k
+        // loop ago: the wait is normally over at once).
+        if (ctid < BLOCK_M) sm90::bulk_wait_read();
+        sm90::named_barrier(1, CONSUMERS);
+        const StagedTile<ROLE, DTYPE, BLOCK_N> out{s_out, n0};
+        moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
+                                                                      expert, s_slot, s_arow, s_weight, s_col_scale, out);
+        sm90::fence_proxy_async();  // the staged tile -> the copy engine
+        sm90::named_barrier(1, CONSUMERS);
+        // Left in flight: the copies overlap the next tile's k loop.
+        if (ctid < BLOCK_M && s_slot[ctid] >= 0) out.store_row(args, row0, ctid, s_slot[ctid]);
+      } else {
+        moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
+                                                                      expert, s_slot, s_arow, s_weight, s_col_scale,
+                                                                      moe_store::DirectSink<ROLE, DTYPE>{args, row0});
+      }
     }
+    if constexpr (STAGED)
+      if (ctid < BLOCK_M) sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
   }
 }
 #endif
@@ -478,12 +512,13 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_min_ctas(int act, int quant, int block_n, bool persistent) {
   return !persistent && quant != kQuantFp8Block && (activation_is_gated(act) ? 2 : 1) * block_n <= 128 ? 2 : 1;
 }
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, int PERSISTENT>
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, int PERSISTENT, int STAGED>
 __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT),
                                   moe_wgmma_min_ctas(ACT, QUANT, BLOCK_N, PERSISTENT))
     moe_gemm_wgmma_kernel(const __grid_constant__ MoeGemmArgs args) {
   static_assert(QUANT == kQuantNone || quant_is_fp8(QUANT), "16-bit weights or fp8 w8a8");
   static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
+  static_assert(!STAGED || PERSISTENT, "the plain variant always stages its tile in the idle ring");
 #if MOEJIT_HAS_WGMMA
   using T = moe_wgmma_detail::Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
   pdl::wait();
@@ -504,7 +539,7 @@ __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT),
   const int local_tiles = min(k_tiles, kt_begin + per_split) - kt_begin;
   if constexpr (PERSISTENT) {
     auto* bars = reinterpret_cast<unsigned long long*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE));
-    moe_wgmma_detail::persistent_tiles<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES>(
+    moe_wgmma_detail::persistent_tiles<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES, STAGED != 0>(
         args, s_a, kt_begin, local_tiles, s_slot, s_arow, s_weight, bars);
   } else {
     moe_wgmma_detail::plain_tile<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES>(args, s_a, kt_begin, local_tiles,

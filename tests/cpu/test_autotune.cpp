@@ -12,6 +12,7 @@
 #include "jit/families.h"
 #include "runtime/moe_layer.h"
 #include "support/test_support.h"
+#include "templates/moe/moe_gemm_args.cuh"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -62,7 +63,7 @@ TEST_CASE("autotune: the config space is pruned before compiling") {
           // Only the tile under test is pruned; the fixed other GEMM may itself exceed a small limit.
           const bool other_fits = config_fits(s, heuristic_config_for_block_m(s, bm), limits);
           if (other_fits) CHECK_MESSAGE(config_fits(s, c, limits, &why), why);
-          for (const auto& spec : moe_expert_kernel_specs(s, c, limits.arch))
+          for (const auto& spec : moe_expert_kernel_specs(s, c, limits.arch, moe_gemm2_stores_rows16(s, c, 1)))
             if (spec.family == "moe_gemm" && other_fits) CHECK(spec.get_int("smem_bytes") <= limits.max_shared_optin);
         }
       }
@@ -282,6 +283,59 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   odd = prefill;
   odd.gemm2.stages = 8;  // 8 x 48 KiB
   refused(q, odd, "sm_90a", "shared memory");
+}
+
+TEST_CASE("autotune: staged persistent epilogues: candidates, shared memory, round trip, the rows-only rule, refusals") {
+  const MoeSpec q = qwen3();
+  const DeviceLimits h = {227 * 1024, "sm_90a"};
+  // 128 x 256 GEMM2 tiles beside 3 ring slots: a DTYPE tile (128 x 264 x 2 bytes) fits, an fp32 one not.
+  MoeTileConfig c = heuristic_tile_config(q, 8192, true, "sm_90a");
+  c.block_m = 128;
+  c.gemm2 = wgmma_tile(256, 3, 0, true, true);
+  CHECK(c.describe().find("gemm2[wgmma bn256 s3 ws st]") != std::string::npos);
+  CHECK(moe_gemm2_stores_rows16(q, c, 1));  // Auto: rows at every batch size
+  const auto rows16 = moe_expert_kernel_specs(q, c, "sm_90a", true);
+  CHECK(rows16[1].get_int("staged_epilogue") == 1);
+  CHECK(rows16[1].get_int("smem_bytes") == moe_wgmma_ring_bytes(128, 256, 3, false) + 128 * 264 * 2);
+  CHECK(config_fits(q, c, h));
+  MoeTileConfig atomic = c;
+  atomic.topk_sum = TopkSum::Atomic;
+  CHECK_FALSE(moe_gemm2_stores_rows16(q, atomic, 8192));
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, atomic, "sm_90a", false), doctest::Contains("does not fit beside 3"),
+                       Error);
+  CHECK_FALSE(config_fits(q, atomic, h));
+  // The unstaged tile keeps the batch-size rule and its smaller shared memory.
+  MoeTileConfig direct = c;
+  direct.gemm2.staged = false;
+  CHECK_FALSE(moe_gemm2_stores_rows16(q, direct, 1));
+  CHECK(moe_expert_kernel_specs(q, direct, "sm_90a")[1].get_int("smem_bytes") == moe_wgmma_ring_bytes(128, 256, 3, false));
+  // An fp32 staged tile where it fits (128 x 128 beside 3 slots).
+  MoeTileConfig small = c;
+  small.gemm2 = wgmma_tile(128, 3, 0, true, true);
+  CHECK_FALSE(moe_gemm2_stores_rows16(q, small, 1));
+  CHECK(moe_expert_kernel_specs(q, small, "sm_90a")[1].get_int("smem_bytes") ==
+        moe_wgmma_ring_bytes(128, 128, 3, false) + 128 * 136 * 4);
+  // Candidates: staged ones among the persistent tiles, each fitting.
+  int staged = 0;
+  for (bool gemm1 : {true, false})
+    for (const auto& t : candidate_tiles(q, 128, gemm1, h)) {
+      CHECK((!t.staged || t.persistent));
+      staged += t.staged;
+    }
+  CHECK(staged >= 6);
+  // JSON: "staged" only where set; old entries read back unstaged.
+  CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
+  CHECK(tile_config_to_json(c)["gemm2"]["staged"] == true);
+  CHECK_FALSE(tile_config_to_json(direct)["gemm2"].contains("staged"));
+  // Refused: staged plain tiles, staged tiles beside a full ring.
+  MoeTileConfig odd = c;
+  odd.gemm2.persistent = false;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a", true), doctest::Contains("only persistent wgmma tiles"),
+                       Error);
+  odd = c;
+  odd.gemm2.stages = 4;  // 4 x 48 KiB + 66 KiB
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a", true), doctest::Contains("does not fit beside 4"),
+                       Error);
 }
 
 TEST_CASE("autotune: DB metadata rules, corrupt files, bad entries") {

@@ -42,8 +42,8 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
   for (const auto& c : moe_rows16_cases())  // GEMM2 storing DTYPE rows, as the forward at M = 1024 compiles it
     for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a", true))
       if (seen.insert(s.to_json().dump()).second) specs.push_back(s);
-  for (const auto& c : sweep)
-    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a"))
+  for (const auto& c : sweep)  // GEMM2 in a one-token forward's role (staged rows-only tiles: DTYPE rows)
+    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a", moe_gemm2_stores_rows16(c.spec, c.config, 1)))
       if (seen.insert(s.to_json().dump()).second) specs.push_back(s);
   MESSAGE(fmt::format("{} distinct kernel specs", specs.size()));
   const auto compiled = rt.compile_all(specs);

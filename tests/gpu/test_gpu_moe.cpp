@@ -107,11 +107,12 @@ TEST_CASE("gpu moe: every tile config the tuner may pick computes the same funct
   Runtime rt(test_options(""));
   if (!gpu_or_skip(rt, "gpu moe tile sweep")) return;
   const auto cases = moe_tile_sweep_cases();
+  const int m = 200;  // ~50 rows per expert: several tiles per expert for small block_m
   std::vector<KernelSpec> specs;
   for (const auto& c : cases)
-    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch())) specs.push_back(std::move(s));
+    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch(), moe_gemm2_stores_rows16(c.spec, c.config, m)))
+      specs.push_back(std::move(s));
   rt.compile_all(specs);  // in parallel, before timing-free checks
-  const int m = 200;      // ~50 rows per expert: several tiles per expert for small block_m
   std::unique_ptr<MoeRun> run;
   MoeSpec current{};
   int checked = 0;

@@ -297,7 +297,7 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
   for (const MoeSpec& spec : specs) {
     const int g1 = spec.fused && activation_is_gated(spec.activation) ? 2 : 1;  // weight rows per GEMM1 column
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 5; ++variant) {
+      for (int variant = 0; variant < 7; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
         if (variant == 0) {
@@ -312,9 +312,16 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
         } else if (variant == 3) {  // persistent: producer warpgroup, CTAs walking the tiles
           c.gemm1 = wgmma_tile(256 / g1, 4, 0, true);
           c.gemm2 = wgmma_tile(256, 3, 0, true);
-        } else {
+        } else if (variant == 4) {
           c.gemm1 = wgmma_tile(128 / g1, 5, 0, true);
           c.gemm2 = wgmma_tile(192, 4, spec.fused ? 3 : 1, true);
+        } else if (variant == 5) {  // staged epilogues: GEMM1 DTYPE rows, GEMM2 fp32 adds / rows (split too)
+          c.gemm1 = wgmma_tile(256 / g1, 3, 0, true, true);
+          c.gemm2 = wgmma_tile(128, 3, spec.fused ? 2 : 1, true, true);
+        } else {  // staged GEMM2 of 256 columns: DTYPE rows only (fused), at every batch size
+          if (!spec.fused) continue;
+          c.gemm1 = wgmma_tile(64 / g1, 6, 0, true, true);
+          c.gemm2 = wgmma_tile(256, 3, 0, true, true);
         }
         out.push_back({spec, c, {40, 300}});
       }
@@ -331,11 +338,14 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
     const int g1 = activation_is_gated(spec.activation) ? 2 : 1;
     const bool wide = spec.quant != kQuantFp8Block;  // block scales: at most 128 weight rows per tile
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 4; ++variant) {
+      for (int variant = 0; variant < 5; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
         const bool persistent = variant >= 2;
-        if (variant % 2 == 0) {
+        if (variant == 4) {  // staged epilogues
+          c.gemm1 = wgmma_tile(128 / g1, 4, 0, true, true);
+          c.gemm2 = wgmma_tile(128, 3, 2, true, true);
+        } else if (variant % 2 == 0) {
           c.gemm1 = wgmma_tile(128 / g1, 4, 0, persistent);
           c.gemm2 = wgmma_tile(128, 3, 0, persistent);
         } else {
@@ -371,6 +381,10 @@ std::vector<MoeKernelCase> moe_rows16_cases() {
     persistent.gemm1 = wgmma_tile(q == kQuantNone ? 128 : 64, 4, 0, true);  // fp8_block: <= 128 weight rows
     persistent.gemm2 = wgmma_tile(q == kQuantNone ? 192 : 128, 3, 0, true);
     out.push_back({spec, plain, {1024}});
+    out.push_back({spec, persistent, {1024}});
+    persistent.block_m = 128;  // the staged epilogue's tile of DTYPE rows
+    persistent.gemm1.staged = persistent.gemm2.staged = true;
+    persistent.gemm1.stages = persistent.gemm2.stages = 3;
     out.push_back({spec, persistent, {1024}});
   }
   return out;
