@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/error.h"
 #include "autotune/tuner.h"
@@ -147,6 +148,10 @@ void MoeLayer::require_fits_device(const std::vector<KernelSpec>& specs, int blo
                    moe_gemm_shared_bytes(s, block_m), smem_limit);
 }
 
+namespace {
+std::vector<bool> gemm2_roles_upto(const MoeSpec& spec, const MoeTileConfig& config, int max_tokens);
+}  // namespace
+
 void MoeLayer::load_tuned() {
   {
     std::lock_guard<std::mutex> lock(tuned_mutex_);
@@ -156,7 +161,9 @@ void MoeLayer::load_tuned() {
   const std::string arch = runtime_.device_arch();
   for (const auto& e : runtime_.tuned_entries(tuned_shape_key(spec_))) {
     try {
-      require_fits_device(moe_expert_kernel_specs(spec_, e.config, arch), e.config.block_m);
+      // GEMM2 in every role the config may run in (by batch size; a staged rows-only tile: DTYPE rows).
+      for (bool rows16 : gemm2_roles_upto(spec_, e.config, std::numeric_limits<int>::max()))
+        require_fits_device(moe_expert_kernel_specs(spec_, e.config, arch, rows16), e.config.block_m);
       usable.push_back(e);
     } catch (const Error& err) {
       log(LogLevel::Warn, "moe: tuned config {} for M={} is not usable here ({}); using the heuristic there",

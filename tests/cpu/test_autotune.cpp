@@ -203,14 +203,18 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   CHECK(prefill.gemm2.wgmma);
   CHECK(prefill.gemm1.block_n == 128);  // gated: 256 weight rows
   CHECK((prefill.gemm1.persistent && prefill.gemm2.persistent));
+  // GEMM2 stages its 128 x 256 tiles of DTYPE rows (fused layer): rows at every batch size.
+  CHECK((prefill.gemm2.staged && prefill.gemm2.stages == 3 && !prefill.gemm1.staged));
+  CHECK(moe_gemm2_stores_rows16(q, prefill, 1));
   // Persistent tiles read weights by bulk tensor copies, GEMM2 its A rows too; plain ones do not.
-  const auto specs = moe_expert_kernel_specs(q, prefill, "sm_90a");
+  const auto specs = moe_expert_kernel_specs(q, prefill, "sm_90a", true);
   CHECK(specs[0].get_int("b_tma") == 1);
   CHECK(specs[0].get_int("a_tma") == 0);  // GEMM1 gathers A rows by token
   CHECK(specs[1].get_int("b_tma") == 1);
   CHECK(specs[1].get_int("a_tma") == 1);
   MoeTileConfig plain_prefill = prefill;
   plain_prefill.gemm1.persistent = plain_prefill.gemm2.persistent = false;
+  plain_prefill.gemm2.staged = false;
   const auto plain_specs = moe_expert_kernel_specs(q, plain_prefill, "sm_90a");
   CHECK(plain_specs[0].get_int("b_tma") == 0);
   CHECK(plain_specs[1].get_int("a_tma") == 0);
@@ -260,7 +264,7 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
 
   // Refused before anything compiles: other archs, quantized weights, the deterministic mode,
   // block_m other than 64 / 128, more than 256 weight rows, GEMM1 split, persistent non-wgmma tiles.
-  CHECK_NOTHROW(moe_expert_kernel_specs(q, prefill, "sm_90a"));
+  CHECK_NOTHROW(moe_expert_kernel_specs(q, prefill, "sm_90a", true));
   auto refused = [](const MoeSpec& spec, const MoeTileConfig& config, const char* arch, const char* what) {
     CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(spec, config, arch), doctest::Contains(what), Error);
   };

@@ -240,6 +240,7 @@ TEST_CASE("gpu moe: split-K at every split count equals the fp64 reference") {
         if (config.gemm1.swap_ab || config.gemm2.swap_ab) config = heuristic_tile_config(spec, m, false);
         config.gemm1.split_k = splits;
         config.gemm2.split_k = splits;
+        config.gemm2.staged = false;  // split sums add fp32: a staged 128 x 256 tile holds DTYPE rows only
         r.problem->poison();
         r.layer->forward_with_config(nullptr, r.problem->args(m, true), config);
         r.problem->use_generated_topk();
