@@ -32,7 +32,7 @@ struct GemmTile {
   // staged (persistent wgmma tiles only): the epilogue stages the tile in shared memory of its own
   // beside the ring and stores rows by bulk copies, left in flight over the next tile's k loop.
   // Faster where the epilogue weighs (GEMM2s of short reductions: DeepSeek-V3 TP8 M = 8192 on an
-  // H200, 2.67 -> 2.29 ms), slower on small tiles; the tuner picks.
+  // H200, 2.71 -> 2.26 ms), slower on 64-row tiles; the tuner picks.
   bool staged = false;
   bool operator==(const GemmTile&) const = default;
 };
