@@ -5,7 +5,9 @@
 
 #include <chrono>
 
+#include "autotune/tuned_db.h"
 #include "autotune/tuner.h"
+#include "jit/moe_names.h"
 #include "moe_gpu_util.h"
 #include "support/test_support.h"
 
@@ -87,4 +89,47 @@ TEST_CASE("gpu tune: MOEJIT_TUNE=1 tunes on first use, saves, and uses the resul
   layer.forward(nullptr, problem->args(64, false));
   problem->fetch_routing(layer, 64);
   CHECK(within_band(problem->relative_error(problem->output(64), MoeProblem::sample_tokens(64, 64))));
+}
+
+// A DB entry whose GEMM2 tile runs only as DTYPE rows (a staged 128 x 256 tile: its fp32 staging
+// does not fit beside the ring) is loaded, used at every batch size, and computes correctly.
+TEST_CASE("gpu tune: a DB entry with a staged rows-only GEMM2 tile is used and right") {
+  ScratchDir dir("gpu-staged-db");
+  Options options = test_options(dir.path() / "cache");
+  options.tuned_db = dir.path() / "staged.json";
+  Runtime rt(options);
+  if (!gpu_or_skip(rt, "gpu staged DB entry")) return;
+  if (!arch_has_wgmma(rt.device_arch())) {
+    MESSAGE("SKIPPED: the staged epilogue is the sm_90a wgmma kernel's, this device is " << rt.device_arch());
+    return;
+  }
+  MoeSpec spec;
+  spec.num_experts = 16;
+  spec.top_k = 4;
+  spec.hidden = 520;  // a column tail in the last 256-wide tile
+  spec.intermediate = 384;
+  spec.has_bias = true;
+  MoeTileConfig staged;
+  staged.block_m = 128;
+  staged.gemm1 = wgmma_tile(128, 4, 0, true);
+  staged.gemm2 = wgmma_tile(256, 3, 0, true, true);
+  REQUIRE(moe_gemm2_stores_rows16(spec, staged, 1));
+  TunedDb db(rt.db_metadata());
+  db.set(tuned_shape_key(spec), {256, staged, 1.0});
+  db.merge_into(options.tuned_db);
+
+  Runtime fresh(options);
+  MoeLayer layer(fresh, spec);
+  layer.prepare(512);
+  REQUIRE(layer.tuned());
+  CHECK(layer.tile_config(256) == staged);
+  auto problem = std::make_unique<MoeProblem>(fresh.driver(), spec, 512, layer.workspace_bytes(512), 5);
+  for (int m : {3, 256, 512}) {
+    problem->poison();
+    layer.forward(nullptr, problem->args(m, true));
+    problem->use_generated_topk();
+    const double err = problem->relative_error(problem->output(m), MoeProblem::sample_tokens(m, 64));
+    INFO(fmt::format("M={} {} relative error {:.3e}", m, layer.tile_config(m).describe(), err));
+    CHECK(within_band(err));
+  }
 }
