@@ -25,18 +25,6 @@ constexpr long long kMaxElementwiseBlocks = 1 << 16;  // grid-stride beyond this
 constexpr double kOnlineTuneBudgetSeconds = 60;
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
-RouterConfig layer_router_config(const MoeSpec& spec) {
-  spec.validate();
-  RouterConfig c = spec.router_config();
-  c.block_m = kMoeMaxBlockM;  // workspace capacity for every tile config
-  c.min_block_m = kMoeMinBlockM;
-  return c;
-}
-
-// Scale granularity of the activations of a w8a8 layer (the moe_act_quant "mode").
-const char* act_quant_mode(MoeQuant q) {
-  return q == kQuantFp8Block ? "group128" : q == kQuantFp8Channel ? "row" : "static";
-}
 // fp32 activation scales per row of a w8a8 GEMM's A with `cols` columns (0 = one static scale).
 std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
   return q == kQuantFp8Block ? (cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize : q == kQuantFp8Channel ? 1 : 0;
@@ -45,12 +33,6 @@ std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
 // GEMM1's split-K partial sums ([kMoeMaxSplitK][M * top_k][W1 rows] fp32) are reserved only while
 // they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.
 constexpr std::size_t kSplitKPartialCapBytes = std::size_t(16) << 20;
-// GEMM2's fp32 top-k adds from which the fast mode stores DTYPE rows and sums them in a second kernel
-// by default (TopkSum::Auto). H200, same-run A/B of the two sums on the tuned tiles: rows won
-// 3-13% from ~64 MiB of adds on (DeepSeek-V3 TP8 M >= 512, Qwen3-30B-A3B M >= 1024, every layer at
-// M = 8192), lost 2-6% on some buckets between (gpt-oss-120b, DeepSeek-V2-Lite at M = 4096): the
-// tuner tries both per bucket (TopkSum).
-constexpr long long kMoeRows16MinAddBytes = 64LL << 20;
 
 // CTAs of `kernel` one SM holds at once (threads, registers, shared memory): split-K fills one wave.
 int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device) {
@@ -122,7 +104,7 @@ struct MoeLayer::Workspace {
 };
 
 MoeLayer::MoeLayer(Runtime& runtime, MoeSpec spec)
-    : runtime_(runtime), spec_(spec), router_(runtime, layer_router_config(spec)) {
+    : runtime_(runtime), spec_(spec), router_(runtime, moe_layer_router_config(spec)) {
   // Completes (validates) one config's specs now, for the oldest arch the layer can run on.
   moe_expert_kernel_specs(spec_, heuristic_tile_config(spec_, 1), quant_is_fp8(spec_.quant) ? "sm_89" : "sm_80");
 }
@@ -148,10 +130,6 @@ void MoeLayer::require_fits_device(const std::vector<KernelSpec>& specs, int blo
                    moe_gemm_shared_bytes(s, block_m), smem_limit);
 }
 
-namespace {
-std::vector<bool> gemm2_roles_upto(const MoeSpec& spec, const MoeTileConfig& config, int max_tokens);
-}  // namespace
-
 void MoeLayer::load_tuned() {
   {
     std::lock_guard<std::mutex> lock(tuned_mutex_);
@@ -162,7 +140,7 @@ void MoeLayer::load_tuned() {
   for (const auto& e : runtime_.tuned_entries(tuned_shape_key(spec_))) {
     try {
       // GEMM2 in every role the config may run in (by batch size; a staged rows-only tile: DTYPE rows).
-      for (bool rows16 : gemm2_roles_upto(spec_, e.config, std::numeric_limits<int>::max()))
+      for (bool rows16 : moe_gemm2_roles_upto(spec_, e.config, std::numeric_limits<int>::max()))
         require_fits_device(moe_expert_kernel_specs(spec_, e.config, arch, rows16), e.config.block_m);
       usable.push_back(e);
     } catch (const Error& err) {
@@ -173,132 +151,6 @@ void MoeLayer::load_tuned() {
   std::lock_guard<std::mutex> lock(tuned_mutex_);
   tuned_ = std::move(usable);
   tuned_loaded_ = true;
-}
-
-long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m) {
-  if (gemm.family.rfind("moe_gemm", 0) != 0) return 0;
-  return gemm.get_int("smem_bytes") + moe_gemm_static_smem_bytes(block_m);
-}
-
-bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, long long num_tokens) {
-  const bool possible = spec.fused && spec.reduce == ReduceMode::Fast && config.gemm2.split_k <= 1;
-  switch (config.topk_sum) {
-    case TopkSum::Atomic:
-      return false;
-    case TopkSum::Rows:
-      MOEJIT_REQUIRE(possible,
-                     "moe: tile config {} sums the top k from DTYPE rows, which needs the fused layer in the fast "
-                     "reduce mode and an unsplit GEMM2",
-                     config.describe());
-      return true;
-    case TopkSum::Auto:
-      break;
-  }
-  // A staged GEMM2 tile whose fp32 staging does not fit beside its ring (128 x 256 beside 3 slots)
-  // runs only as DTYPE rows: Auto takes them at every batch size.
-  const GemmTile& t = config.gemm2;
-  if (possible && t.staged &&
-      moe_wgmma_staging_bytes(kRoleGemm2Atomic, config.block_m, t.block_n, t.stages, false, true) == 0)
-    return true;
-  // The default: DTYPE rows from kMoeRows16MinAddBytes of fp32 adds on (monotone in num_tokens).
-  return possible && num_tokens * spec.top_k * spec.hidden * 4 >= kMoeRows16MinAddBytes;
-}
-
-namespace {
-// GEMM2 roles (false: fp32 adds / rows, true: DTYPE rows) forwards of 1..max_tokens tokens with
-// `config` run; the rule is monotone in the token count, so the ends decide.
-std::vector<bool> gemm2_roles_upto(const MoeSpec& spec, const MoeTileConfig& config, int max_tokens) {
-  std::vector<bool> roles;
-  if (!moe_gemm2_stores_rows16(spec, config, 1)) roles.push_back(false);
-  if (moe_gemm2_stores_rows16(spec, config, max_tokens)) roles.push_back(true);
-  return roles;
-}
-}  // namespace
-
-std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch,
-                                                bool gemm2_rows16) {
-  const std::string dtype = dtype_name(spec.dtype);
-  // One GEMM's spec: the parameters every moe_gemm family shares, then the family's own.
-  auto gemm = [&](const char* role, int act, const GemmTile& t) {
-    const bool gemm1 = std::string(role) == "gemm1";
-    auto make = [&](const char* family, std::initializer_list<std::pair<const std::string, ParamValue>> own) {
-      KernelSpec s{family,
-                   arch,
-                   {{"role", std::string(role)},
-                    {"dtype", dtype},
-                    {"activation", std::string(activation_name(act))},
-                    {"quant", std::string(quant_name(spec.quant))},
-                    {"block_m", std::int64_t(c.block_m)}}};
-      s.params.insert(own);
-      return complete_spec(std::move(s));
-    };
-    MOEJIT_REQUIRE(!t.persistent || t.wgmma, "moe: tile config {}: only wgmma tiles have a persistent variant",
-                   c.describe());
-    MOEJIT_REQUIRE(!t.staged || t.persistent, "moe: tile config {}: only persistent wgmma tiles have a staged epilogue",
-                   c.describe());
-    if (t.wgmma) {
-      MOEJIT_REQUIRE(wgmma_supported(spec, arch),
-                     "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit or fp8 "
-                     "weights (fp8_block: gate / up rows stacked on 128-row block edges) and the fast reduce mode",
-                     c.describe(), gemm1 ? "GEMM1" : "GEMM2", arch);
-      MOEJIT_REQUIRE(t.block_k == 0 && t.warps_m == 0 && t.warps_n == 0,
-                     "moe: tile config {}: a wgmma tile derives block_k and its warps (0 each)", c.describe());
-      MOEJIT_REQUIRE(!gemm1 || t.split_k <= 1, "moe: tile config {}: the wgmma GEMM1 does not split k",
-                     c.describe());
-      return make("moe_gemm_wgmma", {{"block_n", std::int64_t(t.block_n)},
-                                     {"stages", std::int64_t(t.stages)},
-                                     {"persistent", std::int64_t(t.persistent ? 1 : 0)},
-                                     {"staged_epilogue", std::int64_t(t.staged ? 1 : 0)}});
-    }
-    if (t.swap_ab) {
-      MOEJIT_REQUIRE(swap_ab_supported(spec, gemm1),
-                     "moe: tile config {} runs {} on the swap-AB kernel, which needs the fast reduce mode and a "
-                     "reduction length of whole {}-weight chunks ({} here)",
-                     c.describe(), gemm1 ? "GEMM1" : "GEMM2", moe_swap_ab_load_k(spec.quant),
-                     gemm1 ? spec.hidden : spec.intermediate);
-      MOEJIT_REQUIRE(t.block_n == 0 && t.block_k == 0 && t.warps_m == 0,
-                     "moe: tile config {}: a swap-AB tile derives block_n, block_k and has no warps_m (0 each)",
-                     c.describe());
-      MOEJIT_REQUIRE(!gemm1 || t.split_k <= 1,
-                     "moe: tile config {}: the swap-AB GEMM1 does not split k across CTAs (warps_k splits it within one)",
-                     c.describe());
-      return make("moe_gemm_swap_ab", {{"warps_n", std::int64_t(t.warps_n)},
-                                       {"warps_k", std::int64_t(t.warps_k)},
-                                       {"stages", std::int64_t(t.stages)}});
-    }
-    return make("moe_gemm", {{"block_n", std::int64_t(t.block_n)},
-                             {"block_k", std::int64_t(t.block_k)},
-                             {"warps_m", std::int64_t(t.warps_m)},
-                             {"warps_n", std::int64_t(t.warps_n)},
-                             {"stages", std::int64_t(t.stages)}});
-  };
-  const bool atomic = spec.fused && spec.reduce == ReduceMode::Fast;
-  MOEJIT_REQUIRE(!gemm2_rows16 || (atomic && c.gemm2.split_k <= 1),
-                 "moe: GEMM2's DTYPE rows need the fused fast mode and an unsplit GEMM2 (tile config {})", c.describe());
-  // Order matters: MoeLayer::kernels_for indexes these.
-  std::vector<KernelSpec> specs = {
-      gemm("gemm1", spec.fused ? spec.activation : kActNone, c.gemm1),
-      gemm(!atomic ? "gemm2_rows" : gemm2_rows16 ? "gemm2_rows16" : "gemm2_atomic", kActNone, c.gemm2),
-      complete_spec({"moe_reduce", arch, {{"dtype", dtype}, {"top_k", std::int64_t(spec.top_k)}}}),
-  };
-  if (!spec.fused)
-    specs.push_back(complete_spec(
-        {"moe_activation", arch, {{"dtype", dtype}, {"activation", std::string(activation_name(spec.activation))}}}));
-  if (quant_is_fp8(spec.quant))
-    specs.push_back(complete_spec({"moe_act_quant", arch, {{"dtype", dtype}, {"mode", std::string(act_quant_mode(spec.quant))}}}));
-  return specs;
-}
-
-std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_tokens, const std::string& arch) {
-  const RouterConfig router = layer_router_config(spec);
-  std::vector<KernelSpec> out = {
-      routing_fused_spec(router, arch),
-      RoutingSorter::spec_for({.num_experts = router.num_experts, .top_k = router.top_k}, arch)};
-  for (const auto& config : heuristic_tile_configs(spec, max_tokens, arch))
-    for (bool rows16 : gemm2_roles_upto(spec, config, max_tokens))
-      for (auto& s : moe_expert_kernel_specs(spec, config, arch, rows16))
-        if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(std::move(s));
-  return out;
 }
 
 void MoeLayer::tune_now(int max_tokens) {
@@ -336,12 +188,12 @@ void MoeLayer::prepare(int max_tokens) {
   // Each config in every GEMM2 role a batch up to max_tokens runs it in.
   std::vector<KernelSpec> specs = moe_layer_kernel_specs(spec_, 1, arch);
   for (const auto& c : configs)
-    for (bool rows16 : gemm2_roles_upto(spec_, c, max_tokens))
+    for (bool rows16 : moe_gemm2_roles_upto(spec_, c, max_tokens))
       for (auto& s : moe_expert_kernel_specs(spec_, c, arch, rows16)) specs.push_back(std::move(s));
   runtime_.compile_all(specs);
   router_.prepare();
   for (const auto& config : configs)
-    for (bool rows16 : gemm2_roles_upto(spec_, config, max_tokens)) kernels_for(config, rows16);
+    for (bool rows16 : moe_gemm2_roles_upto(spec_, config, max_tokens)) kernels_for(config, rows16);
 }
 
 const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool gemm2_rows16) {

@@ -96,6 +96,11 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
 // (M * top_k * hidden * 4) on, monotone in num_tokens. Error where Rows is asked of the
 // deterministic or unfused mode or a split GEMM2.
 bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, long long num_tokens);
+// GEMM2's roles (false: fp32 adds / rows, true: DTYPE rows) over forwards of 1..max_tokens tokens
+// with `config` (the rule is monotone in the token count, so the ends decide).
+std::vector<bool> moe_gemm2_roles_upto(const MoeSpec& spec, const MoeTileConfig& config, int max_tokens);
+// The routing a layer runs: spec.router_config() with the workspace sized for every tile config.
+RouterConfig moe_layer_router_config(const MoeSpec& spec);
 // Shared memory one CTA of an expert GEMM spec takes (dynamic + the static row arrays of a
 // block_m-row tile); 0 for the other families.
 long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m);

@@ -14,6 +14,21 @@
 using namespace moejit;
 using namespace moejit::test;
 
+namespace {
+// Forwards of `layer` (prepared for 512 tokens) at each M with its DB's tiles, against the fp64 reference.
+void check_forwards(Runtime& rt, const MoeSpec& spec, MoeLayer& layer, std::initializer_list<int> token_counts, int seed) {
+  auto problem = std::make_unique<MoeProblem>(rt.driver(), spec, 512, layer.workspace_bytes(512), seed);
+  for (int m : token_counts) {
+    problem->poison();
+    layer.forward(nullptr, problem->args(m, true));
+    problem->use_generated_topk();
+    const double err = problem->relative_error(problem->output(m), MoeProblem::sample_tokens(m, 64));
+    INFO(fmt::format("M={} tuned {} relative error {:.3e}", m, layer.tile_config(m).describe(), err));
+    CHECK(within_band(err));
+  }
+}
+}  // namespace
+
 TEST_CASE("gpu tune: small end-to-end tune, DB written, layer uses it") {
   ScratchDir dir("gpu-tune");
   Options options = test_options(dir.path() / "cache");
@@ -52,15 +67,7 @@ TEST_CASE("gpu tune: small end-to-end tune, DB written, layer uses it") {
   CHECK(layer.tuned());
   CHECK(layer.tile_config(64) == results[1].config);
   CHECK(layer.tile_config(48) == results[1].config);  // nearest bucket
-  auto problem = std::make_unique<MoeProblem>(fresh.driver(), spec, 512, layer.workspace_bytes(512), 3);
-  for (int m : {1, 64, 512}) {
-    problem->poison();
-    layer.forward(nullptr, problem->args(m, true));
-    problem->use_generated_topk();
-    const double err = problem->relative_error(problem->output(m), MoeProblem::sample_tokens(m, 64));
-    INFO(fmt::format("M={} tuned {} relative error {:.3e}", m, layer.tile_config(m).describe(), err));
-    CHECK(within_band(err));
-  }
+  check_forwards(fresh, spec, layer, {1, 64, 512}, 3);
 }
 
 TEST_CASE("gpu tune: MOEJIT_TUNE=1 tunes on first use, saves, and uses the result") {
@@ -123,13 +130,5 @@ TEST_CASE("gpu tune: a DB entry with a staged rows-only GEMM2 tile is used and r
   layer.prepare(512);
   REQUIRE(layer.tuned());
   CHECK(layer.tile_config(256) == staged);
-  auto problem = std::make_unique<MoeProblem>(fresh.driver(), spec, 512, layer.workspace_bytes(512), 5);
-  for (int m : {3, 256, 512}) {
-    problem->poison();
-    layer.forward(nullptr, problem->args(m, true));
-    problem->use_generated_topk();
-    const double err = problem->relative_error(problem->output(m), MoeProblem::sample_tokens(m, 64));
-    INFO(fmt::format("M={} {} relative error {:.3e}", m, layer.tile_config(m).describe(), err));
-    CHECK(within_band(err));
-  }
+  check_forwards(fresh, spec, layer, {3, 256, 512}, 5);
 }
