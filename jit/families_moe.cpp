@@ -35,18 +35,30 @@ ParamDesc activation_param(const std::string& def) {
 
 int activation_code(const KernelSpec& s) { return parse_activation(s.get_string("activation")); }
 
+// The role parameter's values: name, code (host-side checks) and the template argument.
+struct GemmRole {
+  const char* name;
+  int code;
+  const char* template_arg;
+};
+constexpr GemmRole kGemmRoles[] = {{"gemm1", kRoleGemm1, "moejit::kRoleGemm1"},
+                                   {"gemm2_rows", kRoleGemm2Rows, "moejit::kRoleGemm2Rows"},
+                                   {"gemm2_atomic", kRoleGemm2Atomic, "moejit::kRoleGemm2Atomic"},
+                                   {"gemm2_rows16", kRoleGemm2Rows16, "moejit::kRoleGemm2Rows16"}};
+
 ParamDesc gemm_role_param() {
+  std::map<std::string, std::string> values;
+  for (const GemmRole& r : kGemmRoles) values[r.name] = r.template_arg;
   return enum_param("role", "ROLE", "gemm1 (gather + activation) or gemm2 (fp32 rows, atomic top-k sum, or dtype rows)", "gemm1",
-                    {{"gemm1", "moejit::kRoleGemm1"},
-                     {"gemm2_rows", "moejit::kRoleGemm2Rows"},
-                     {"gemm2_atomic", "moejit::kRoleGemm2Atomic"},
-                     {"gemm2_rows16", "moejit::kRoleGemm2Rows16"}});
+                    std::move(values));
 }
 
+// A completed spec's role as its code (the enum parameter has been validated against kGemmRoles).
 int gemm_role_code(const KernelSpec& s) {
   const std::string& role = s.get_string("role");
-  return role == "gemm1" ? kRoleGemm1 : role == "gemm2_rows" ? kRoleGemm2Rows : role == "gemm2_rows16" ? kRoleGemm2Rows16
-                                                                                                      : kRoleGemm2Atomic;
+  for (const GemmRole& r : kGemmRoles)
+    if (role == r.name) return r.code;
+  throw Error(Phase::Validate, fmt::format("{}: unknown role {}", s.family, role));
 }
 
 void check_gemm_role_activation(const KernelSpec& s, int act) {

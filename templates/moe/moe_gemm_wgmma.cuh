@@ -312,7 +312,7 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
 // work items blockIdx.x, + gridDim.x, ... of the grouped walk; the producer runs up to STAGES k
 // tiles ahead, across row tiles, so the next tile's loads overlap this tile's epilogue and no
 // tile starts with an empty pipeline.
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED_EPILOGUE>
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED>
 __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* s_a, int kt_begin, int local_tiles,
                                         int* s_slot, int* s_arow, float* s_weight, unsigned long long* bars) {
   using T = Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
@@ -408,7 +408,6 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
     // The staged epilogue's own tile (StagedTile), after the column scales (the host sizes shared
     // memory with moe_wgmma_smem_bytes and refuses a staged tile that does not fit).
-    constexpr bool STAGED = STAGED_EPILOGUE;
     static_assert(!STAGED || moe_wgmma_staging_bytes(ROLE, BLOCK_M, BLOCK_N, STAGES, T::G == 2, true) > 0,
                   "the staged tile fits beside the ring");
     unsigned char* s_out = reinterpret_cast<unsigned char*>(s_col_scale + 256);
