@@ -55,6 +55,7 @@ GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, b
 }  // namespace
 
 std::string MoeTileConfig::describe() const {
+  if (gemv) return "gemv";
   auto tile = [](const GemmTile& t) {
     const std::string split = t.split_k ? fmt::format(" k/{}", t.split_k) : std::string();
     if (t.swap_ab) return fmt::format("swapab w{}x{} s{}{}", t.warps_n, t.warps_k, t.stages, split);
@@ -84,6 +85,17 @@ bool swap_ab_supported(const MoeSpec& spec, bool gemm1) {
 }
 
 bool swap_ab_supported_both(const MoeSpec& spec) { return swap_ab_supported(spec, true) && swap_ab_supported(spec, false); }
+
+MoeTileConfig decode_gemv_config() {
+  MoeTileConfig c;
+  c.gemv = true;
+  return c;
+}
+
+bool decode_gemv_supported(const MoeSpec& spec) {
+  return spec.fused && spec.reduce == ReduceMode::Fast && spec.quant == kQuantNone && spec.hidden % 8 == 0 &&
+         spec.intermediate % 8 == 0;
+}
 
 GemmTile wgmma_tile(int block_n, int stages, int split_k, bool persistent, bool staged) {
   GemmTile t;

@@ -48,9 +48,18 @@ struct MoeTileConfig {
   GemmTile gemm1;
   GemmTile gemm2;
   TopkSum topk_sum = TopkSum::Auto;
+  // gemv: the decode GEMV pair (moe_decode_gemv) instead of routing + grouped GEMMs: the routing
+  // inside both kernels, no sort, no accumulator, no cast; up to kMoeDecodeMaxTokens tokens. The
+  // other fields are unused (default) in such a config.
+  bool gemv = false;
   bool operator==(const MoeTileConfig&) const = default;
-  std::string describe() const;  // "bm64 gemm1[bn64 bk64 w2x2 s3] gemm2[swapab w4x2 s4]" (+ " sum=rows")
+  std::string describe() const;  // "bm64 gemm1[bn64 bk64 w2x2 s3] gemm2[swapab w4x2 s4]" (+ " sum=rows"); "gemv"
 };
+
+// The decode GEMV config, and whether a layer can run it: the fused layer in the fast reduce mode
+// (its sums run in another order than the GEMM kernels'), 16-bit weights, K and N multiples of 8.
+MoeTileConfig decode_gemv_config();
+bool decode_gemv_supported(const MoeSpec& spec);
 
 // Bounds of block_m over every config: the routing workspace is sized for them.
 constexpr int kMoeMinBlockM = 8;

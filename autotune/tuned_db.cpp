@@ -68,6 +68,7 @@ GemmTile tile_from_json(const nlohmann::json& j) {
 }  // namespace
 
 nlohmann::json tile_config_to_json(const MoeTileConfig& c) {
+  if (c.gemv) return {{"gemv", true}};  // nothing else applies
   nlohmann::json j = {{"block_m", c.block_m}, {"gemm1", tile_to_json(c.gemm1)}, {"gemm2", tile_to_json(c.gemm2)}};
   if (c.topk_sum != TopkSum::Auto) j["topk_sum"] = c.topk_sum == TopkSum::Rows ? "rows" : "atomic";  // absent = auto
   return j;
@@ -75,6 +76,10 @@ nlohmann::json tile_config_to_json(const MoeTileConfig& c) {
 
 MoeTileConfig tile_config_from_json(const nlohmann::json& j) {
   MoeTileConfig c;
+  if (j.is_object() && j.value("gemv", false)) {
+    MOEJIT_REQUIRE(j.size() == 1, "tile config {}: a gemv config takes no other keys", j.dump());
+    return decode_gemv_config();
+  }
   try {
     c.block_m = j.at("block_m").get<int>();
     c.gemm1 = tile_from_json(j.at("gemm1"));
@@ -143,11 +148,13 @@ DbMatch TunedDb::match(const DbMetadata& current) const {
 
 void TunedDb::set(const std::string& key, const TunedEntry& entry) { entries_[key][entry.m] = entry; }
 
-const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m) {
+const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m,
+                                 const std::function<bool(const MoeTileConfig&)>& usable) {
   const double target = std::log2(std::max(m, 1));
   const TunedEntry* best = nullptr;
   for (const auto& e : ascending)
-    if (!best || std::abs(std::log2(e.m) - target) < std::abs(std::log2(best->m) - target)) best = &e;
+    if (usable && !usable(e.config)) continue;
+    else if (!best || std::abs(std::log2(e.m) - target) < std::abs(std::log2(best->m) - target)) best = &e;
   return best;
 }
 

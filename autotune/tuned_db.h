@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -51,7 +52,9 @@ struct TunedEntry {
 };
 
 // The entry whose M is nearest to m in log2 M (ties: the smaller M); null when `ascending` is empty.
-const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m);
+// usable: entries to consider (empty = all); null when none is.
+const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m,
+                                 const std::function<bool(const MoeTileConfig&)>& usable = {});
 
 // The key of a layer shape: everything that selects kernels or changes their speed.
 std::string tuned_shape_key(const MoeSpec& spec);

@@ -20,6 +20,7 @@
 #include "runtime/event_timer.h"
 #include "runtime/moe_layer.h"
 #include "runtime/runtime.h"
+#include "templates/moe/moe_decode_args.cuh"
 
 namespace moejit {
 
@@ -274,6 +275,8 @@ std::vector<TuneResult> MoeTuner::run() {
       other.topk_sum = moe_gemm2_stores_rows16(spec_, best, m) ? TopkSum::Atomic : TopkSum::Rows;
       if (config_fits(spec_, other, limits)) try_all({other}, "topk_sum");  // (a staged tile may be rows-only)
     }
+    // The decode GEMV pair against the best grouped-GEMM config (few tokens: it has no tiles to tune).
+    if (m <= kMoeDecodeMaxTokens && decode_gemv_supported(spec_)) try_all({decode_gemv_config()}, "gemv");
     if (best_us < 0) throw Error(Phase::Tune, fmt::format("tune: no config ran for M={} (see the warnings)", m));
     r.config = best;
     r.us = best_us;

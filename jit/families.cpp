@@ -56,10 +56,8 @@ ParamDesc bool_param(std::string name, std::string tname, std::string doc, bool 
   return p;
 }
 
-namespace {
-
-// Checks shared by the families that select experts (routing_topk, routing_fused); sets
-// experts_per_lane.
+// Checks shared by the families that select experts (routing_topk, routing_fused,
+// moe_decode_gemv); sets experts_per_lane.
 void derive_topk_selection(KernelSpec& s, const char* family_name) {
   const std::int64_t e = s.get_int("num_experts"), k = s.get_int("top_k");
   const std::int64_t groups = s.get_int("n_group"), kept = s.get_int("topk_group");
@@ -105,6 +103,8 @@ FamilyInfo routing_topk_family() {
   };
   return f;
 }
+
+namespace {
 
 // routing_fused: the whole routing of up to `tokens` tokens in one CTA and one launch.
 FamilyInfo routing_fused_family() {
@@ -203,7 +203,7 @@ void check_value(const FamilyInfo& f, const ParamDesc& p, const ParamValue& v) {
 const std::vector<FamilyInfo>& families() {
   static const std::vector<FamilyInfo> kFamilies = {routing_topk_family(), routing_fused_family(), routing_sort_family(),
                                                      moe_gemm_family(), moe_gemm_swap_ab_family(), moe_gemm_wgmma_family(),
-                                                     moe_activation_family(), moe_reduce_family(), moe_act_quant_family(),
+                                                     moe_activation_family(), moe_reduce_family(), moe_act_quant_family(), moe_decode_gemv_family(),
                                                      fill_random_family()};
   return kFamilies;
 }

@@ -8,6 +8,7 @@
 #include "jit/family_builders.h"
 #include "jit/moe_names.h"
 #include "templates/moe/activation_kinds.cuh"
+#include "templates/moe/moe_decode_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
 #include "templates/moe/quant_kinds.cuh"
 
@@ -348,6 +349,33 @@ FamilyInfo fill_random_family() {
   f.params = {enum_param("type", "OUT_TYPE", "element type written", "bf16",
                          {{"bf16", "moejit::kFillBF16"}, {"f16", "moejit::kFillF16"}, {"f32", "moejit::kFillF32"}})};
   f.entries = {{"fill", "moejit::fill_random_kernel", "moejit::FillRandomArgs"}};
+  return f;
+}
+
+// The decode GEMV pair: the fused layer for <= kMoeDecodeMaxTokens tokens in two launches, the
+// routing picked inside both (so routing_topk's parameters, from the layer's router config).
+FamilyInfo moe_decode_gemv_family() {
+  FamilyInfo f;
+  f.name = "moe_decode_gemv";
+  f.header = "moe/moe_decode_gemv.cuh";
+  f.doc = "fused MoE layer for a few tokens: routing + GEMM1 + activation (gemv1), GEMM2 + top-k sum (gemv2)";
+  f.params = {dtype_param(), activation_param("silu_mul"),
+              int_param("top_k", "TOPK", "experts per token", std::nullopt, 1, 32),
+              int_param("hidden", "HIDDEN", "hidden size K (a multiple of 8)", std::nullopt, 8, 1 << 16),
+              int_param("intermediate", "INTER", "intermediate size N (a multiple of 8)", std::nullopt, 8, 1 << 16)};
+  for (const ParamDesc& p : routing_topk_family().params)  // num_experts .. logit_dtype; not top_k, warps
+    if (p.name != "top_k" && p.name != "warps") f.params.push_back(p);
+  f.params.push_back(derived_int("threads", "", "threads per CTA"));
+  f.entries = {{"gemv1", "moejit::moe_decode_gemv1_kernel", "moejit::MoeDecodeArgs"},
+               {"gemv2", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs"}};
+  f.derive = [](KernelSpec& s) {
+    derive_topk_selection(s, "moe_decode_gemv");
+    for (const char* name : {"hidden", "intermediate"})
+      if (s.get_int(name) % 8 != 0)
+        throw Error(Phase::Validate,
+                    fmt::format("moe_decode_gemv: {} = {} is not a multiple of 8 (16-byte loads)", name, s.get_int(name)));
+    s.params["threads"] = std::int64_t(kMoeDecodeThreads);
+  };
   return f;
 }
 

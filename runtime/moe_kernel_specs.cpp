@@ -39,6 +39,7 @@ long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m) {
 }
 
 bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, long long num_tokens) {
+  if (config.gemv) return false;  // no GEMM2 kernel: gemv2 writes out itself
   const bool possible = spec.fused && spec.reduce == ReduceMode::Fast && config.gemm2.split_k <= 1;
   switch (config.topk_sum) {
     case TopkSum::Atomic:
@@ -69,8 +70,28 @@ std::vector<bool> moe_gemm2_roles_upto(const MoeSpec& spec, const MoeTileConfig&
   return roles;
 }
 
+KernelSpec moe_decode_spec(const MoeSpec& spec, const std::string& arch) {
+  MOEJIT_REQUIRE(decode_gemv_supported(spec),
+                 "moe: the decode GEMV (tile config gemv) needs the fused layer in the fast reduce mode, 16-bit "
+                 "weights and K, N multiples of 8 ({})",
+                 spec.describe());
+  KernelSpec s = routing_topk_spec(moe_layer_router_config(spec), arch);  // the routing the layer runs
+  s.family = "moe_decode_gemv";
+  s.params.erase("warps");
+  s.params.erase("experts_per_lane");
+  s.params["dtype"] = std::string(dtype_name(spec.dtype));
+  s.params["activation"] = std::string(activation_name(spec.activation));
+  s.params["hidden"] = std::int64_t(spec.hidden);
+  s.params["intermediate"] = std::int64_t(spec.intermediate);
+  return complete_spec(std::move(s));
+}
+
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch,
                                                 bool gemm2_rows16) {
+  if (c.gemv) {
+    MOEJIT_REQUIRE(!gemm2_rows16, "moe: the decode GEMV has no GEMM2 role (tile config {})", c.describe());
+    return {moe_decode_spec(spec, arch)};
+  }
   const std::string dtype = dtype_name(spec.dtype);
   // One GEMM's spec: the parameters every moe_gemm family shares, then the family's own.
   auto gemm = [&](const char* role, int act, const GemmTile& t) {
@@ -148,6 +169,7 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
   std::vector<KernelSpec> out = {
       routing_fused_spec(router, arch),
       RoutingSorter::spec_for({.num_experts = router.num_experts, .top_k = router.top_k}, arch)};
+  if (decode_gemv_supported(spec)) out.push_back(moe_decode_spec(spec, arch));  // any bucket may pick it
   for (const auto& config : heuristic_tile_configs(spec, max_tokens, arch))
     for (bool rows16 : moe_gemm2_roles_upto(spec, config, max_tokens))
       for (auto& s : moe_expert_kernel_specs(spec, config, arch, rows16))

@@ -11,8 +11,10 @@
 #include "common/log.h"
 #include "jit/families.h"
 #include "jit/moe_names.h"
+#include "runtime/moe_layer_parts.h"
 #include "runtime/runtime.h"
 #include "runtime/tile_tensor_map.h"
+#include "templates/moe/moe_decode_args.cuh"
 #include "templates/moe/moe_epilogue_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
 
@@ -34,17 +36,6 @@ std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
 // they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.
 constexpr std::size_t kSplitKPartialCapBytes = std::size_t(16) << 20;
 
-// CTAs of `kernel` one SM holds at once (threads, registers, shared memory): split-K fills one wave.
-int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device) {
-  constexpr int kThreadsPerSm = 2048, kRegistersPerSm = 65536, kReservedSmemPerCta = 1024;
-  const int regs = std::max(8, (kernel.resources().registers + 7) / 8 * 8);
-  const int by_threads = kThreadsPerSm / static_cast<int>(threads);
-  const int by_regs = kRegistersPerSm / (regs * static_cast<int>(threads));
-  const int smem = static_cast<int>(dynamic_smem) + kernel.resources().static_shared_bytes + kReservedSmemPerCta;
-  const int by_smem = device.shared_per_sm > 0 ? device.shared_per_sm / smem : by_threads;
-  return std::max(1, std::min({by_threads, by_regs, by_smem}));
-}
-
 // Splits of a GEMM's k loop of `k_tiles` tiles over a grid of `ctas` CTAs: `requested` when set
 // (GemmTile::split_k), else as many as keep the grid within one wave (`resident` CTAs at once),
 // each split keeping at least `stages` k tiles (a full ring). Never an empty split. (A blanket
@@ -65,43 +56,15 @@ unsigned elementwise_blocks(long long work_items, int threads) {
 }
 }  // namespace
 
-struct MoeLayer::Kernels {
-  MoeTileConfig config;
-  bool gemm2_rows16 = false;  // GEMM2 stores DTYPE rows by slot; reduce16 sums them
-  std::vector<std::shared_ptr<const Module>> modules;  // keep the functions alive
-  const Kernel* gemm1 = nullptr;
-  const Kernel* gemm2 = nullptr;
-  const Kernel* reduce = nullptr;
-  const Kernel* reduce16 = nullptr;
-  const Kernel* cast = nullptr;
-  const Kernel* activation = nullptr;  // unfused only
-  const Kernel* act_quant = nullptr;   // w8a8 only: activations -> e4m3 before each GEMM
-  unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
-  // Output columns per CTA and k per tile (block) of each GEMM, as its kernel spec says.
-  int gemm1_block_n = 0, gemm1_block_k = 0, gemm2_block_n = 0, gemm2_block_k = 0;
-  // Persistent wgmma kernels: a grid of at most one wave, each CTA walking the tiles; b_tma: they
-  // read weights through a tensor map the forward encodes (MoeGemmArgs::b_tensor_map).
-  bool gemm1_persistent = false, gemm2_persistent = false, gemm1_b_tma = false, gemm2_b_tma = false,
-       gemm2_a_tma = false;
-};
-
-struct MoeLayer::Workspace {
-  RoutingResult routing;
-  std::size_t max_rows = 0;
-  CUdeviceptr gemm1_out = 0;     // unfused only
-  CUdeviceptr intermediate = 0;
-  // fp32 [M, K] accumulator or DTYPE [M * top_k, K] rows (fast), fp32 [M * top_k, K] rows (else)
-  CUdeviceptr slots = 0;
-  // Fast mode: GEMM1 split-K arrival counters (right before slots: one memset zeroes both) and
-  // partial sums, when M is small enough to reserve them (gemm1_split).
-  CUdeviceptr split_counters = 0, split_partial = 0;
-  CUdeviceptr zeroed = 0;        // fast mode: the counters, then the accumulator, zeroed before GEMM1
-  std::size_t zeroed_bytes = 0;
-  bool gemm1_split = false;
-  // w8a8: e4m3 copies of X and of the intermediate, and their scales.
-  CUdeviceptr hidden_q = 0, hidden_scale = 0, intermediate_q = 0, intermediate_scale = 0;
-  std::size_t total = 0;
-};
+int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device) {
+  constexpr int kThreadsPerSm = 2048, kRegistersPerSm = 65536, kReservedSmemPerCta = 1024;
+  const int regs = std::max(8, (kernel.resources().registers + 7) / 8 * 8);
+  const int by_threads = kThreadsPerSm / static_cast<int>(threads);
+  const int by_regs = kRegistersPerSm / (regs * static_cast<int>(threads));
+  const int smem = static_cast<int>(dynamic_smem) + kernel.resources().static_shared_bytes + kReservedSmemPerCta;
+  const int by_smem = device.shared_per_sm > 0 ? device.shared_per_sm / smem : by_threads;
+  return std::max(1, std::min({by_threads, by_regs, by_smem}));
+}
 
 MoeLayer::MoeLayer(Runtime& runtime, MoeSpec spec)
     : runtime_(runtime), spec_(spec), router_(runtime, moe_layer_router_config(spec)) {
@@ -113,7 +76,10 @@ MoeLayer::~MoeLayer() = default;
 
 MoeTileConfig MoeLayer::tile_config(int num_tokens) const {
   std::lock_guard<std::mutex> lock(tuned_mutex_);
-  const TunedEntry* nearest = nearest_bucket(tuned_, num_tokens);
+  // A decode GEMV bucket serves batches up to its token limit only; beyond, the nearest other bucket.
+  const TunedEntry* nearest = nearest_bucket(tuned_, num_tokens, [&](const MoeTileConfig& c) {
+    return !c.gemv || num_tokens <= kMoeDecodeMaxTokens;
+  });
   return nearest ? nearest->config : heuristic_tile_config(spec_, num_tokens, true, runtime_.device_arch());
 }
 
@@ -208,6 +174,12 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool
   k->config = config;
   k->gemm2_rows16 = gemm2_rows16;
   for (const auto& s : specs) k->modules.push_back(runtime_.load(s));
+  if (config.gemv) {
+    k->gemv1 = &k->modules[0]->kernel("gemv1");
+    k->gemv2 = &k->modules[0]->kernel("gemv2");
+    kernels_.push_back(std::move(k));
+    return *kernels_.back();
+  }
   k->gemm1 = &k->modules[0]->kernel("gemm");
   k->gemm2 = &k->modules[1]->kernel("gemm");
   k->reduce = &k->modules[2]->kernel("reduce");
@@ -310,6 +282,10 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
                  "mode's sums must not depend on the batch", config.describe());
   const int m = static_cast<int>(args.hidden.shape[0]);
   if (m == 0) return;  // nothing to route or compute; out has no rows
+  if (config.gemv) {
+    forward_decode(stream, args, m, kernels_for(config, false));
+    return;
+  }
   // Large batches: GEMM2 stores DTYPE rows by slot and reduce16 sums them (no fp32 adds, no zeroing).
   const bool rows16 = moe_gemm2_stores_rows16(spec_, config, m);
   const Kernels& k = kernels_for(config, rows16);

@@ -90,6 +90,8 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
 // stores per-slot DTYPE rows for the reduce16 kernel (moe_gemm2_stores_rows16) instead of fp32 adds.
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& config,
                                                 const std::string& arch, bool gemm2_rows16 = false);
+// The decode GEMV pair's kernels (tile config gemv; routing from the layer's router config).
+KernelSpec moe_decode_spec(const MoeSpec& spec, const std::string& arch);
 // Whether a forward of num_tokens tokens with `config` has GEMM2 store per-slot DTYPE rows that a
 // separate kernel sums (kRoleGemm2Rows16) instead of adding fp32 rows atomically into the token's
 // row: config.topk_sum; Auto = the fused fast mode with an unsplit GEMM2, from 64 MiB of adds
@@ -142,6 +144,8 @@ class MoeLayer {
   struct Workspace;
   Workspace carve(const MoeForwardArgs& args, int num_tokens) const;
   const Kernels& kernels_for(const MoeTileConfig& config, bool gemm2_rows16);
+  // The decode GEMV pair (tile config gemv): moe_decode_forward.cpp.
+  void forward_decode(CUstream stream, const MoeForwardArgs& args, int num_tokens, const Kernels& k);
   // Every GEMM of `specs` fits this device's shared memory per CTA (an Error naming it otherwise).
   void require_fits_device(const std::vector<KernelSpec>& specs, int block_m) const;
   void load_tuned();  // once, on a GPU: the tuned buckets of this shape (memory only afterwards)

@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "moe_gpu_util.h"
 #include "autotune/tuned_db.h"
 #include "jit/moe_names.h"
 #include "support/moe_cases.h"
 #include "support/test_support.h"
+#include "templates/moe/moe_decode_args.cuh"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -259,4 +261,73 @@ TEST_CASE("gpu moe: split-K at every split count equals the fp64 reference") {
   config.gemm1.split_k = 2;
   CHECK_THROWS_WITH_AS(d.layer->forward_with_config(nullptr, d.problem->args(4, true), config),
                        doctest::Contains("split-K"), Error);
+}
+
+// The decode GEMV pair (tile config gemv): routing inside both kernels, GEMM1 + bias + activation,
+// GEMM2 + bias + router weights + top-k sum, for 1 .. kMoeDecodeMaxTokens tokens, on every layer of
+// the suites it supports (activations, dtypes, biases, weight on input, expert parallelism,
+// grouped routing, model shapes), monolithic and modular. Its routing must pick what the route
+// kernel picks.
+TEST_CASE("gpu moe: the decode GEMV equals the fp64 reference and routes as the route kernel") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe decode GEMV")) return;
+  std::vector<MoeCase> cases;
+  for (const auto& list : {moe_matrix_cases(), moe_model_cases(), moe_mode_cases()})
+    for (const auto& c : list)
+      if (decode_gemv_supported(c.spec)) cases.push_back(c);
+  REQUIRE(cases.size() >= 10);
+  auto& api = rt.driver();
+  auto routing = [&](MoeRun& r, int m) {  // (ids, weights) the last monolithic forward published
+    const RoutingResult res = r.layer->routing_result(r.problem->args(m, false));
+    std::vector<int> ids(std::size_t(m) * r.layer->spec().top_k);
+    std::vector<float> weights(ids.size());
+    MOEJIT_CHECK_CU(api, Launch, cuCtxSynchronize());
+    MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(ids.data(), reinterpret_cast<CUdeviceptr>(res.topk_ids), ids.size() * 4));
+    MOEJIT_CHECK_CU(api, Launch,
+                    cuMemcpyDtoH(weights.data(), reinterpret_cast<CUdeviceptr>(res.topk_weights), weights.size() * 4));
+    return std::pair(ids, weights);
+  };
+  int checked = 0;
+  for (const auto& c : cases) {
+    MoeRun r = make_moe_run(rt, c.spec, kMoeDecodeMaxTokens, 3000 + checked);
+    for (int m : {1, 3, int(kMoeDecodeMaxTokens)})
+      for (bool modular : {false, true}) {
+        std::pair<std::vector<int>, std::vector<float>> routed;
+        if (!modular) {  // the route kernel's picks for these logits
+          r.layer->forward_with_config(nullptr, r.problem->args(m, false), heuristic_tile_config(c.spec, m));
+          routed = routing(r, m);
+        }
+        r.problem->poison();
+        r.layer->forward_with_config(nullptr, r.problem->args(m, modular), decode_gemv_config());
+        if (modular) {
+          r.problem->use_generated_topk();
+        } else {
+          r.problem->fetch_routing(*r.layer, m);
+          const auto gemv = routing(r, m);
+          CHECK(gemv.first == routed.first);
+          for (std::size_t i = 0; i < gemv.second.size(); ++i) CHECK(gemv.second[i] == doctest::Approx(routed.second[i]).epsilon(1e-6));
+          CHECK(r.layer->routing_error_flags(r.problem->args(m, false)) == 0);
+          CHECK(r.layer->experts_touched(r.problem->args(m, false)) > 0);
+        }
+        const double err = r.problem->relative_error(r.problem->output(m), MoeProblem::sample_tokens(m, 64));
+        INFO(fmt::format("{} ({}) M={} modular={} relative error {:.3e}", c.name, c.spec.describe(), m, modular, err));
+        CHECK(within_band(err));
+        ++checked;
+      }
+  }
+  MESSAGE(fmt::format("{} decode GEMV forwards over {} layers checked against the fp64 reference", checked,
+                      cases.size()));
+  // More tokens than it takes, or a deterministic layer: a clear error before any launch (out stays poisoned).
+  MoeRun r = make_moe_run(rt, cases[0].spec, kMoeDecodeMaxTokens + 1, 3999);
+  r.problem->poison();
+  CHECK_THROWS_WITH_AS(
+      r.layer->forward_with_config(nullptr, r.problem->args(kMoeDecodeMaxTokens + 1, true), decode_gemv_config()),
+      doctest::Contains("at most"), Error);
+  const auto out = r.problem->output(kMoeDecodeMaxTokens + 1);
+  CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }));
+  MoeSpec det = cases[0].spec;
+  det.reduce = ReduceMode::Deterministic;
+  MoeRun d = make_moe_run(rt, det, 1, 3998);
+  CHECK_THROWS_WITH_AS(d.layer->forward_with_config(nullptr, d.problem->args(1, true), decode_gemv_config()),
+                       doctest::Contains("decode GEMV"), Error);
 }

@@ -1,0 +1,76 @@
+// MoeLayer's decode path (tile config gemv): the fused layer for up to kMoeDecodeMaxTokens tokens
+// as the two kernels of moe_decode_gemv — gemv1 (routing in every CTA, GEMM1, bias, activation)
+// and gemv2 (routing again, GEMM2, bias, router weights, top-k sum, DTYPE out) — instead of the
+// route kernel, the two grouped GEMMs and the cast. gemv2 starts under gemv1's tail on sm_90+
+// (programmatic dependent launch): its routing runs before it waits for the intermediate.
+#include <algorithm>
+
+#include "common/error.h"
+#include "jit/moe_names.h"
+#include "runtime/moe_layer_parts.h"
+#include "runtime/runtime.h"
+#include "templates/moe/moe_decode_args.cuh"
+
+namespace moejit {
+
+void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m, const Kernels& k) {
+  MOEJIT_REQUIRE(m <= kMoeDecodeMaxTokens,
+                 "moe: tile config gemv (the decode GEMV) takes at most {} tokens per forward, not {}",
+                 kMoeDecodeMaxTokens, m);
+  const Workspace w = carve(args, m);
+  const RouterConfig& router = router_.config();
+  auto ptr = [](const TensorView& t) { return t.given() ? reinterpret_cast<const void*>(t.data) : nullptr; };
+  MoeDecodeArgs a{};
+  if (args.router_logits.given()) {
+    a.topk.logits = ptr(args.router_logits);
+    a.topk.row_stride = args.router_logits.strides[0];
+    a.topk.correction_bias = static_cast<const float*>(ptr(args.correction_bias));
+  } else {  // the modular entry: the caller's top-k
+    a.given_ids = static_cast<const int*>(ptr(args.topk_ids));
+    a.given_weights = static_cast<const float*>(ptr(args.topk_weights));
+  }
+  a.topk.num_tokens = m;
+  a.topk.num_experts = spec_.num_experts;
+  a.topk.routed_scaling_factor = router.routed_scaling_factor;
+  a.expert_map = static_cast<const int*>(ptr(args.expert_map));
+  a.num_local_experts = spec_.local_experts();
+  a.num_tokens = m;
+  a.topk_ids = w.routing.topk_ids;
+  a.topk_weights = w.routing.topk_weights;
+  a.expert_counts = w.routing.sort.expert_counts;
+  a.error_flags = w.routing.sort.error_flags;
+  a.x = ptr(args.hidden);
+  a.ldx = args.hidden.strides[0];
+  a.w1 = ptr(args.w1);
+  a.w1_expert_stride = args.w1.strides[0];
+  a.ldw1 = args.w1.strides[1];
+  a.w2 = ptr(args.w2);
+  a.w2_expert_stride = args.w2.strides[0];
+  a.ldw2 = args.w2.strides[1];
+  if (spec_.has_bias) {
+    a.b1 = static_cast<const float*>(ptr(args.b1));
+    a.b1_expert_stride = args.b1.strides[0];
+    a.b2 = static_cast<const float*>(ptr(args.b2));
+    a.b2_expert_stride = args.b2.strides[0];
+  }
+  a.inter = reinterpret_cast<void*>(w.intermediate);
+  a.out = reinterpret_cast<void*>(args.out.data);
+  a.ldo = args.out.strides[0];
+  a.weight_on_input = spec_.router_weight_on_input ? 1 : 0;
+  a.alpha = spec_.swiglu_alpha;
+  a.limit = spec_.swiglu_limit;
+  // One wave each; every CTA takes an even share of the items (at least one).
+  const DeviceInfo& device = runtime_.device().info();
+  auto grid = [&](const Kernel& kernel, long long items) {
+    const long long wave = static_cast<long long>(device.sm_count) *
+                           resident_ctas_per_sm(kernel, kMoeDecodeThreads, 0, device);
+    return static_cast<unsigned>(std::clamp<long long>(items, 1, wave));
+  };
+  const long long items1 = static_cast<long long>(m) * spec_.top_k * spec_.intermediate;
+  const long long items2 = static_cast<long long>(m) * spec_.hidden;
+  k.gemv1->launch(stream, {grid(*k.gemv1, items1), 1, 1, kMoeDecodeThreads, 1, 1, 0}, a);
+  const bool overlap = arch_has_dependent_launch(runtime_.device_arch());
+  k.gemv2->launch(stream, {grid(*k.gemv2, items2), 1, 1, kMoeDecodeThreads, 1, 1, 0, overlap}, a);
+}
+
+}  // namespace moejit

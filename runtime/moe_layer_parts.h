@@ -1,0 +1,58 @@
+// MoeLayer's private parts shared by its source files (moe_layer.cpp, moe_decode_forward.cpp):
+// the kernels of one tile config and the carving of the caller's workspace.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "runtime/moe_layer.h"
+#include "runtime/device.h"
+#include "runtime/module.h"
+
+namespace moejit {
+
+struct MoeLayer::Kernels {
+  MoeTileConfig config;
+  bool gemm2_rows16 = false;  // GEMM2 stores DTYPE rows by slot; reduce16 sums them
+  std::vector<std::shared_ptr<const Module>> modules;  // keep the functions alive
+  const Kernel* gemm1 = nullptr;
+  const Kernel* gemm2 = nullptr;
+  const Kernel* reduce = nullptr;
+  const Kernel* reduce16 = nullptr;
+  const Kernel* cast = nullptr;
+  const Kernel* activation = nullptr;  // unfused only
+  const Kernel* act_quant = nullptr;   // w8a8 only: activations -> e4m3 before each GEMM
+  const Kernel* gemv1 = nullptr;       // the decode GEMV pair (config.gemv): nothing above is set then
+  const Kernel* gemv2 = nullptr;
+  unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
+  // Output columns per CTA and k per tile (block) of each GEMM, as its kernel spec says.
+  int gemm1_block_n = 0, gemm1_block_k = 0, gemm2_block_n = 0, gemm2_block_k = 0;
+  // Persistent wgmma kernels: a grid of at most one wave, each CTA walking the tiles; b_tma: they
+  // read weights through a tensor map the forward encodes (MoeGemmArgs::b_tensor_map).
+  bool gemm1_persistent = false, gemm2_persistent = false, gemm1_b_tma = false, gemm2_b_tma = false,
+       gemm2_a_tma = false;
+};
+
+struct MoeLayer::Workspace {
+  RoutingResult routing;
+  std::size_t max_rows = 0;
+  CUdeviceptr gemm1_out = 0;     // unfused only
+  CUdeviceptr intermediate = 0;
+  // fp32 [M, K] accumulator or DTYPE [M * top_k, K] rows (fast), fp32 [M * top_k, K] rows (else)
+  CUdeviceptr slots = 0;
+  // Fast mode: GEMM1 split-K arrival counters (right before slots: one memset zeroes both) and
+  // partial sums, when M is small enough to reserve them (gemm1_split).
+  CUdeviceptr split_counters = 0, split_partial = 0;
+  CUdeviceptr zeroed = 0;        // fast mode: the counters, then the accumulator, zeroed before GEMM1
+  std::size_t zeroed_bytes = 0;
+  bool gemm1_split = false;
+  // w8a8: e4m3 copies of X and of the intermediate, and their scales.
+  CUdeviceptr hidden_q = 0, hidden_scale = 0, intermediate_q = 0, intermediate_scale = 0;
+  std::size_t total = 0;
+};
+
+// CTAs of `kernel` one SM holds at once (threads, registers, shared memory): split-K and the
+// decode GEMV fill one wave.
+int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device);
+
+}  // namespace moejit

@@ -1,0 +1,312 @@
+// moe_decode_gemv: the fused MoE layer for a few tokens (decode) as two GEMV kernels, routing
+// included — no routing launch, no sort, no fp32 accumulator to zero and no cast kernel.
+//   gemv1  every CTA picks the experts of the (<= kMoeDecodeMaxTokens) tokens itself
+//          (routing_topk's warp top-k, or the caller's ids), then computes a balanced share of the
+//          items (routed slot, intermediate column): x . gate row and x . up row of W1[e], bias,
+//          activation -> the intermediate [slot, N] in DTYPE. CTA 0 also publishes the routing.
+//   gemv2  picks the experts again (before waiting on gemv1: programmatic dependent launch), then
+//          for each item (token, output column c): sum over the token's slots k of
+//          w_k * (intermediate[k] . W2[e_k][c] + b2[e_k][c]) -> out in DTYPE. The token's TOPK
+//          intermediate rows are contiguous, so the item is one dot product of length TOPK * N.
+// Why: at M = 1 the grouped-GEMM path ran route + GEMM1 + GEMM2 + cast, four dependent launches
+// with ~2 us of fixed cost each, and its tiles padded one row to 8-64. Here each item is one dot
+// product that all 256 threads of a CTA share along the reduction (16-byte loads, each thread at
+// most 12 loads in flight per chunk), so CTAs split the work evenly at any shape, and the
+// sums are reduced across warps through shared memory. Sums are fp32; the order is fixed by the
+// shape (not by the batch), but differs from the GEMM kernels': fast reduce mode only.
+#pragma once
+
+#include "common/dependent_launch.cuh"
+#include "common/mma_sm80.cuh"
+#include "moe/activations.cuh"
+#include "moe/moe_decode_args.cuh"
+#include "routing/routing_sort_args.cuh"
+#include "routing/routing_topk.cuh"
+
+namespace moejit {
+namespace moe_decode_detail {
+
+constexpr int kThreads = kMoeDecodeThreads;
+constexpr int kWarps = kThreads / 32;
+// 16-byte loads per thread in flight per chunk: R weight chunks and one activation chunk per
+// (item, step), at most kChunks of them (48 registers: more spilled Mixtral's gemv2 at 80).
+constexpr int kChunks = 12;
+
+// How one kernel walks its items: VEC 16-byte chunks per item and row, STEPS per thread, G items
+// per batch, CH steps per chunk (R weight rows per item: 2 for gated GEMM1).
+template <int VEC, int R>
+struct Walk {
+  static constexpr int STEPS = (VEC + kThreads - 1) / kThreads;
+  static constexpr int UNITS = kChunks / (R + 1);  // (item, step) pairs per chunk
+  static constexpr int G = STEPS <= UNITS ? (UNITS / STEPS < 8 ? UNITS / STEPS : 8) : 1;
+  static constexpr int CH = STEPS <= UNITS ? STEPS : UNITS;
+  static constexpr bool RAGGED = VEC % kThreads != 0;  // the last step leaves some threads idle
+};
+
+__device__ inline uint4 load_stream(const void* p) {  // weights: read once, keep them out of L1
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// acc += sum of the 8 products of two chunks of DTYPE values.
+template <int DTYPE>
+__device__ inline float dot8(uint4 a, uint4 b, float acc) {
+  const unsigned wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    acc = fmaf(sm80::to_float<DTYPE>(static_cast<unsigned short>(wa[i] & 0xffffu)),
+               sm80::to_float<DTYPE>(static_cast<unsigned short>(wb[i] & 0xffffu)), acc);
+    acc = fmaf(sm80::to_float<DTYPE>(static_cast<unsigned short>(wa[i] >> 16)),
+               sm80::to_float<DTYPE>(static_cast<unsigned short>(wb[i] >> 16)), acc);
+  }
+  return acc;
+}
+
+__device__ inline float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Items [begin, end) of `total` for this CTA: an even split (sizes differ by at most one).
+__device__ inline void cta_items(long long total, int& begin, int& end) {
+  begin = static_cast<int>(blockIdx.x * total / gridDim.x);
+  end = static_cast<int>((blockIdx.x + 1) * total / gridDim.x);
+}
+
+// The routing both kernels share: local expert (-1 = dropped), global id and weight of every
+// routed slot, in shared memory. Warp t routes token t.
+struct Picks {
+  int local[kMoeDecodeMaxTokens * 32];
+  int global[kMoeDecodeMaxTokens * 32];
+  float weight[kMoeDecodeMaxTokens * 32];
+  int flags;
+};
+
+template <int TOPK, int NUM_EXPERTS, int EPL, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
+          int LOGIT_DTYPE>
+__device__ inline void route(const MoeDecodeArgs& a, Picks& p) {
+  if (threadIdx.x == 0) p.flags = 0;
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (warp < a.num_tokens) {
+    int id = -1;
+    if (a.topk.logits) {
+      RoutingTopkArgs t = a.topk;
+      t.topk_ids = p.global;  // shared memory through generic addresses
+      t.topk_weights = p.weight;
+      id = routing_topk_detail::topk_one_token<TOPK, NUM_EXPERTS, EPL, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP,
+                                               LOGIT_DTYPE>(t, warp, lane);
+    } else if (lane < TOPK) {
+      id = a.given_ids[warp * TOPK + lane];
+      p.global[warp * TOPK + lane] = id;
+      p.weight[warp * TOPK + lane] = a.given_weights[warp * TOPK + lane];
+    }
+    if (lane < TOPK) {  // as routing_sort's local_expert: bad ids and map entries are dropped and flagged
+      int local = -1;
+      if (id < 0 || id >= a.topk.num_experts) {
+        atomicOr(&p.flags, kRoutingBadExpertId);
+      } else if (a.expert_map == nullptr) {
+        local = id;
+      } else {
+        local = a.expert_map[id];
+        if (local < -1 || local >= a.num_local_experts) {
+          atomicOr(&p.flags, kRoutingBadExpertMap);
+          local = -1;
+        }
+      }
+      p.local[warp * TOPK + lane] = local;
+    }
+  }
+  __syncthreads();
+}
+
+// CTA 0 of gemv1: ids, weights, per-expert counts and error flags where the layer's routing keeps them.
+template <int TOPK>
+__device__ inline void publish(const MoeDecodeArgs& a, const Picks& p) {
+  const int slots = a.num_tokens * TOPK;
+  for (int i = threadIdx.x; i < slots; i += kThreads) {
+    a.topk_ids[i] = p.global[i];
+    a.topk_weights[i] = p.weight[i];
+  }
+  for (int e = threadIdx.x; e < a.num_local_experts; e += kThreads) {
+    int count = 0;
+    for (int i = 0; i < slots; ++i) count += p.local[i] == e;
+    a.expert_counts[e] = count;
+  }
+  if (threadIdx.x == 0) *a.error_flags = p.flags;
+}
+
+// Sums every warp's partial of value v (of G) through red[kWarps][G]; after the barrier the caller's
+// threads read red. One barrier per batch: red alternates between two buffers.
+template <int G>
+__device__ inline void to_shared(float (&red)[kWarps][G], int g, float v) {
+  v = warp_sum(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5][g] = v;
+}
+
+template <int G>
+__device__ inline float cta_total(const float (&red)[kWarps][G], int g) {
+  float s = 0.f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) s += red[w][g];
+  return s;
+}
+
+}  // namespace moe_decode_detail
+
+template <int DTYPE, int ACT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING,
+          bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
+__global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(const MoeDecodeArgs a) {
+  using namespace moe_decode_detail;
+  constexpr bool GATED = activation_is_gated(ACT);
+  constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
+  constexpr int R = GATED ? 2 : 1;
+  using W = Walk<HIDDEN / 8, R>;
+  static_assert(HIDDEN % 8 == 0 && INTER % 8 == 0, "whole 16-byte chunks");
+  __shared__ Picks picks;
+  __shared__ float red[2][kWarps][W::G * R];
+  pdl::wait();  // launched after whatever wrote x and the logits
+  pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
+  route<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
+  if (blockIdx.x == 0) publish<TOPK>(a, picks);
+  const unsigned short* x = static_cast<const unsigned short*>(a.x);
+  const unsigned short* w1 = static_cast<const unsigned short*>(a.w1);
+  int begin, end;
+  cta_items(static_cast<long long>(a.num_tokens) * TOPK * INTER, begin, end);
+  int parity = 0;
+  for (int base = begin; base < end; base += W::G, parity ^= 1) {
+    const unsigned short* row[W::G][R];
+    const unsigned short* xrow[W::G];
+    bool live[W::G];
+#pragma unroll
+    for (int g = 0; g < W::G; ++g) {
+      const int item = base + g, slot = item / INTER, n = item % INTER;
+      const int e = item < end ? picks.local[slot] : -1;
+      live[g] = e >= 0;
+      const unsigned short* expert = w1 + (live[g] ? e : 0) * a.w1_expert_stride;
+      row[g][0] = expert + static_cast<long long>(INTERLEAVED ? 2 * n : n) * a.ldw1;
+      if constexpr (GATED) row[g][R - 1] = expert + static_cast<long long>(INTERLEAVED ? 2 * n + 1 : n + INTER) * a.ldw1;
+      xrow[g] = x + (live[g] ? slot / TOPK : 0) * a.ldx;
+    }
+    float acc[W::G][R];
+#pragma unroll
+    for (int g = 0; g < W::G; ++g)
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[g][r] = 0.f;
+#pragma unroll
+    for (int s0 = 0; s0 < W::STEPS; s0 += W::CH) {
+      uint4 wv[W::G][R][W::CH], xv[W::G][W::CH];
+#pragma unroll
+      for (int g = 0; g < W::G; ++g)
+#pragma unroll
+        for (int c = 0; c < W::CH; ++c) {
+          const int p = threadIdx.x + (s0 + c) * kThreads;  // 16-byte chunk of the row
+          const bool ok = live[g] && s0 + c < W::STEPS && (!W::RAGGED || p < HIDDEN / 8);
+          xv[g][c] = ok ? __ldg(reinterpret_cast<const uint4*>(xrow[g]) + p) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+            wv[g][r][c] = ok ? load_stream(reinterpret_cast<const uint4*>(row[g][r]) + p) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+      for (int g = 0; g < W::G; ++g)
+#pragma unroll
+        for (int c = 0; c < W::CH; ++c)
+#pragma unroll
+          for (int r = 0; r < R; ++r) acc[g][r] = dot8<DTYPE>(wv[g][r][c], xv[g][c], acc[g][r]);
+    }
+#pragma unroll
+    for (int g = 0; g < W::G; ++g)
+#pragma unroll
+      for (int r = 0; r < R; ++r) to_shared(red[parity], g * R + r, acc[g][r]);
+    __syncthreads();
+    // Thread g finishes item base + g: router weight (on input), bias, activation.
+    const int item = base + threadIdx.x, slot = item / INTER, n = item % INTER;
+    if (threadIdx.x < W::G && item < end && picks.local[slot] >= 0) {
+      const int e = picks.local[slot];
+      const float w = a.weight_on_input ? picks.weight[slot] : 1.f;
+      float v = cta_total(red[parity], threadIdx.x * R) * w;
+      const float* bias = a.b1 ? a.b1 + e * a.b1_expert_stride : nullptr;
+      float out;
+      if constexpr (GATED) {
+        float u = cta_total(red[parity], threadIdx.x * R + 1) * w;
+        if (bias) {
+          v += bias[INTERLEAVED ? 2 * n : n];
+          u += bias[INTERLEAVED ? 2 * n + 1 : n + INTER];
+        }
+        out = act::gated<ACT>(v, u, a.alpha, a.limit);
+      } else {
+        if (bias) v += bias[n];
+        out = act::single<ACT>(v);
+      }
+      static_cast<unsigned short*>(a.inter)[static_cast<long long>(slot) * INTER + n] = sm80::from_float<DTYPE>(out);
+    }
+  }
+}
+
+template <int DTYPE, int ACT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING,
+          bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
+__global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
+  using namespace moe_decode_detail;
+  constexpr int VEC = TOPK * INTER / 8;  // 16-byte chunks of a token's intermediate rows
+  using W = Walk<VEC, 1>;
+  __shared__ Picks picks;
+  __shared__ float red[2][kWarps][W::G];
+  // The picks need only the logits (or given ids), written before gemv1 started: route first, then
+  // wait for gemv1's intermediate.
+  route<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
+  pdl::wait();
+  const unsigned short* inter = static_cast<const unsigned short*>(a.inter);
+  const unsigned short* w2 = static_cast<const unsigned short*>(a.w2);
+  int begin, end;
+  cta_items(static_cast<long long>(a.num_tokens) * HIDDEN, begin, end);
+  int parity = 0;
+  for (int base = begin; base < end; base += W::G, parity ^= 1) {
+    float acc[W::G];
+#pragma unroll
+    for (int g = 0; g < W::G; ++g) acc[g] = 0.f;
+#pragma unroll
+    for (int s0 = 0; s0 < W::STEPS; s0 += W::CH) {
+      uint4 wv[W::G][W::CH], iv[W::G][W::CH];
+      float scale[W::G][W::CH];
+#pragma unroll
+      for (int g = 0; g < W::G; ++g)
+#pragma unroll
+        for (int c = 0; c < W::CH; ++c) {
+          const int item = base + g, t = item / HIDDEN, col = item % HIDDEN;
+          const int p = threadIdx.x + (s0 + c) * kThreads;
+          const int k = p * 8 / INTER, off = p * 8 - k * INTER;  // slot of the chunk, column in its row
+          const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < VEC);
+          const int e = in_row && item < end ? picks.local[t * TOPK + k] : -1;
+          scale[g][c] = e >= 0 && !a.weight_on_input ? picks.weight[t * TOPK + k] : 1.f;
+          wv[g][c] = e >= 0 ? load_stream(w2 + e * a.w2_expert_stride + col * a.ldw2 + off) : make_uint4(0, 0, 0, 0);
+          iv[g][c] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
+                            : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+      for (int g = 0; g < W::G; ++g)
+#pragma unroll
+        for (int c = 0; c < W::CH; ++c) acc[g] = fmaf(scale[g][c], dot8<DTYPE>(wv[g][c], iv[g][c], 0.f), acc[g]);
+    }
+#pragma unroll
+    for (int g = 0; g < W::G; ++g) to_shared(red[parity], g, acc[g]);
+    __syncthreads();
+    const int item = base + threadIdx.x, t = item / HIDDEN, col = item % HIDDEN;
+    if (threadIdx.x < W::G && item < end) {
+      float v = cta_total(red[parity], threadIdx.x);
+      if (a.b2) {  // sum of w_k * b2[e_k][col] (w_k = 1 when the weight went on the input)
+#pragma unroll
+        for (int k = 0; k < TOPK; ++k) {
+          const int e = picks.local[t * TOPK + k];
+          if (e >= 0) v = fmaf(a.weight_on_input ? 1.f : picks.weight[t * TOPK + k], a.b2[e * a.b2_expert_stride + col], v);
+        }
+      }
+      static_cast<unsigned short*>(a.out)[t * a.ldo + col] = sm80::from_float<DTYPE>(v);
+    }
+  }
+}
+
+}  // namespace moejit
