@@ -72,8 +72,12 @@ constexpr int kMoeMaxSplitK = 8;
 // swap_ab = false: the shared-memory kernel's tiles only.
 // arch: the device's; on sm_90a the wgmma kernel takes the tiles of 64 rows and more where the
 // layer can run it (wgmma_supported). Empty: the portable kernels only.
+// decode_gemv: the decode GEMV pair (decode_gemv_config) for up to kGemvHeuristicMaxTokens tokens
+// whose routed slots are at most half the local experts (slots seldom share an expert: it reads
+// each slot's weights on its own).
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab = true,
-                                    const std::string& arch = "");
+                                    const std::string& arch = "", bool decode_gemv = true);
+constexpr int kGemvHeuristicMaxTokens = 4;
 // A swap-AB tile (GemmTile::swap_ab), and whether the layer can run one for GEMM1 / GEMM2: the fast
 // reduce mode (its sums' order differs from the shared-memory kernel's) and a reduction length made
 // of whole 16-byte chunks of weights.

@@ -252,7 +252,10 @@ std::vector<TuneResult> MoeTuner::run() {
           options_.progress(done, std::max(total, done), elapsed(), fmt::format("M={} {} {}", m, stage, candidates[i].describe()));
       }
     };
-    std::vector<MoeTileConfig> by_block_m = {r.heuristic};
+    // The grouped-GEMM search starts from the heuristic's tiles (the decode GEMV is timed last).
+    const MoeTileConfig grouped = r.heuristic.gemv ? heuristic_tile_config(spec_, m, true, arch, false) : r.heuristic;
+    best = grouped;
+    std::vector<MoeTileConfig> by_block_m = {grouped};
     for (int bm : candidate_block_ms(spec_, m, arch)) {
       const MoeTileConfig c = heuristic_config_for_block_m(spec_, bm, arch);
       if (std::find(by_block_m.begin(), by_block_m.end(), c) == by_block_m.end() && config_fits(spec_, c, limits))

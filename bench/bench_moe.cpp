@@ -67,6 +67,7 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       if (ctx.swap_ab && rows_per_expert <= 32 && swap_ab_supported_both(s)) {
         config.block_m = rows_per_expert <= 8 ? 8 : rows_per_expert <= 16 ? 16 : 32;
         config.gemm1 = config.gemm2 = *ctx.swap_ab;
+        config.gemv = false;
       }
       auto forward = [&](const MoeForwardArgs& a) { layer.forward_with_config(ctx.stream, a, config); };
       auto args = [&](int set) {

@@ -12,6 +12,7 @@
 #include "jit/families.h"
 #include "runtime/moe_layer.h"
 #include "support/test_support.h"
+#include "templates/moe/moe_decode_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
 
 using namespace moejit;
@@ -225,8 +226,8 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   // Decode (1 row per expert): the persistent 64-row tiles once GEMM1 has 128 tiles of 64 columns
   // over the touched experts (Qwen3 M = 1: 8 x 12 = 96; M = 2: 192), the shared-memory kernel's
   // split-K tiles before.
-  CHECK_FALSE(heuristic_tile_config(q, 1, true, "sm_90a").gemm1.wgmma);
-  CHECK(heuristic_tile_config(q, 2, true, "sm_90a").gemm1.persistent);
+  CHECK_FALSE(heuristic_tile_config(q, 1, true, "sm_90a", false).gemm1.wgmma);
+  CHECK(heuristic_tile_config(q, 2, true, "sm_90a", false).gemm1.persistent);
   for (const char* arch : {"", "sm_80", "sm_90", "sm_100a"}) CHECK_FALSE(heuristic_tile_config(q, 8192, true, arch).gemm1.wgmma);
   MoeSpec det = q;
   det.reduce = ReduceMode::Deterministic;
@@ -340,6 +341,59 @@ TEST_CASE("autotune: staged persistent epilogues: candidates, shared memory, rou
   odd.gemm2.stages = 4;  // 4 x 48 KiB + 66 KiB
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a", true), doctest::Contains("does not fit beside 4"),
                        Error);
+}
+
+TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels, nearest bucket, refusals") {
+  const MoeSpec q = qwen3();
+  // Up to kGemvHeuristicMaxTokens tokens whose slots are at most half the experts.
+  for (int m = 1; m <= kGemvHeuristicMaxTokens; ++m) CHECK(heuristic_tile_config(q, m, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(q, kGemvHeuristicMaxTokens + 1, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(q, 1, false).gemv);  // the shared-memory kernel's tiles only
+  MoeSpec mixtral = q;
+  mixtral.num_experts = 8;
+  mixtral.top_k = 2;
+  CHECK(heuristic_tile_config(mixtral, 2).gemv);
+  CHECK_FALSE(heuristic_tile_config(mixtral, 3).gemv);  // 6 slots over 8 experts: shared weights re-read
+  MoeSpec det = q, unfused = q, quant = q;
+  det.reduce = ReduceMode::Deterministic;
+  unfused.fused = false;
+  quant.quant = kQuantFp8Block;
+  for (const MoeSpec* s : {&det, &unfused, &quant}) {
+    CHECK_FALSE(decode_gemv_supported(*s));
+    CHECK_FALSE(heuristic_tile_config(*s, 1).gemv);
+    CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(*s, decode_gemv_config(), "sm_90a"), doctest::Contains("decode GEMV"),
+                         Error);
+  }
+  // One kernel set: routing parameters from the layer's router, the shape as template arguments.
+  const MoeTileConfig gemv = decode_gemv_config();
+  CHECK(gemv.describe() == "gemv");
+  const auto specs = moe_expert_kernel_specs(q, gemv, "sm_80");
+  REQUIRE(specs.size() == 1);
+  CHECK(specs[0].family == "moe_decode_gemv");
+  CHECK(specs[0].get_int("hidden") == 2048);
+  CHECK(specs[0].get_int("intermediate") == 768);
+  CHECK(specs[0].get_int("top_k") == 8);
+  CHECK(specs[0].get_int("num_experts") == 128);
+  CHECK_FALSE(moe_gemm2_stores_rows16(q, gemv, 1 << 20));
+  CHECK(moe_gemm2_roles_upto(q, gemv, 1 << 20) == std::vector<bool>{false});
+  const auto layer_specs = moe_layer_kernel_specs(q, 1, "sm_90a");  // CI compiles it with the layer
+  CHECK(std::find(layer_specs.begin(), layer_specs.end(), specs[0]) == layer_specs.end());  // other arch
+  CHECK(std::find(layer_specs.begin(), layer_specs.end(), moe_expert_kernel_specs(q, gemv, "sm_90a")[0]) !=
+        layer_specs.end());
+  // JSON: {"gemv": true} alone.
+  CHECK(tile_config_to_json(gemv) == nlohmann::json{{"gemv", true}});
+  CHECK(tile_config_from_json(tile_config_to_json(gemv)) == gemv);
+  CHECK_THROWS_WITH_AS(tile_config_from_json(nlohmann::json{{"gemv", true}, {"block_m", 64}}),
+                       doctest::Contains("no other keys"), Error);
+  // A gemv bucket serves batches it can run: beyond, the nearest other bucket.
+  const std::vector<TunedEntry> buckets = {{1, gemv, 20.0}, {8, gemv, 150.0}, {64, config_with(64, 64), 300.0}};
+  auto runnable = [](int m) {
+    return [m](const MoeTileConfig& c) { return !c.gemv || m <= kMoeDecodeMaxTokens; };
+  };
+  CHECK(nearest_bucket(buckets, 8, runnable(8))->m == 8);
+  CHECK(nearest_bucket(buckets, 12)->m == 8);
+  CHECK(nearest_bucket(buckets, 12, runnable(12))->m == 64);
+  CHECK(nearest_bucket({{1, gemv, 20.0}}, 12, runnable(12)) == nullptr);  // -> the heuristic
 }
 
 TEST_CASE("autotune: DB metadata rules, corrupt files, bad entries") {

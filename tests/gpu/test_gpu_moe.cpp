@@ -239,7 +239,7 @@ TEST_CASE("gpu moe: split-K at every split count equals the fp64 reference") {
     for (int m : c.token_counts)
       for (int splits : {1, 2, 3, 5, 8}) {
         MoeTileConfig config = r.layer->tile_config(m);
-        if (config.gemm1.swap_ab || config.gemm2.swap_ab) config = heuristic_tile_config(spec, m, false);
+        if (config.gemv || config.gemm1.swap_ab || config.gemm2.swap_ab) config = heuristic_tile_config(spec, m, false);
         config.gemm1.split_k = splits;
         config.gemm2.split_k = splits;
         config.gemm2.staged = false;  // split sums add fp32: a staged 128 x 256 tile holds DTYPE rows only
