@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "jit/moe_names.h"
+#include "templates/moe/moe_decode_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
 
 namespace moejit {
@@ -92,9 +93,20 @@ MoeTileConfig decode_gemv_config() {
   return c;
 }
 
-bool decode_gemv_supported(const MoeSpec& spec) {
-  return spec.fused && spec.reduce == ReduceMode::Fast && spec.quant == kQuantNone && spec.hidden % 8 == 0 &&
-         spec.intermediate % 8 == 0;
+bool decode_gemv_supported(const MoeSpec& spec, const std::string& arch) {
+  const bool fp8 = spec.quant == kQuantFp8Block;
+  const int chunk = fp8 ? 16 : 8;  // elements per 16-byte load
+  return spec.fused && spec.reduce == ReduceMode::Fast && (spec.quant == kQuantNone || fp8) &&
+         (!fp8 || arch.empty() || arch_has_fp8_mma(arch)) && spec.hidden % chunk == 0 && spec.intermediate % chunk == 0 &&
+         decode_gemv_max_tokens(spec) >= 1;
+}
+
+int decode_gemv_max_tokens(const MoeSpec& spec) {
+  int t = kMoeDecodeMaxTokens;
+  while (t > 0 && (moe_decode_gemv1_smem(spec.quant, t, spec.hidden) > kMoeDecodeMaxSmemBytes ||
+                   moe_decode_gemv2_smem(spec.quant, t, spec.top_k, spec.intermediate) > kMoeDecodeMaxSmemBytes))
+    --t;
+  return t;
 }
 
 GemmTile wgmma_tile(int block_n, int stages, int split_k, bool persistent, bool staged) {
@@ -126,7 +138,8 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // Mixtral-8x7B 185 -> 166; faster up to M = 4 (Mixtral: M = 2), slower where slots share
   // experts (Mixtral M = 4: 442 -> 522 us; Qwen3, DeepSeek-V2-Lite M = 8).
   if (decode_gemv && swap_ab && num_tokens >= 1 && num_tokens <= kGemvHeuristicMaxTokens &&
-      2LL * num_tokens * spec.top_k <= spec.local_experts() && decode_gemv_supported(spec))
+      2LL * num_tokens * spec.top_k <= spec.local_experts() && decode_gemv_supported(spec, arch) &&
+      num_tokens <= decode_gemv_max_tokens(spec))
     return decode_gemv_config();
   // GEMM1 with a gated activation carries gate and up accumulators: half the columns per tile.
   const bool gemm1_gated = spec.fused && activation_is_gated(spec.activation);

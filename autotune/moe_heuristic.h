@@ -56,10 +56,14 @@ struct MoeTileConfig {
   std::string describe() const;  // "bm64 gemm1[bn64 bk64 w2x2 s3] gemm2[swapab w4x2 s4]" (+ " sum=rows"); "gemv"
 };
 
-// The decode GEMV config, and whether a layer can run it: the fused layer in the fast reduce mode
-// (its sums run in another order than the GEMM kernels'), 16-bit weights, K and N multiples of 8.
+// The decode GEMV config, and whether a layer can run it (on arch; empty = any that runs its
+// quantization): the fused layer in the fast reduce mode (its sums run in another order than the
+// GEMM kernels'), 16-bit weights with K and N multiples of 8, or fp8_block weights (sm_89+) with
+// K and N multiples of 16; and the most tokens it takes (fp8: activations quantized in shared
+// memory, at most kMoeDecodeMaxSmemBytes).
 MoeTileConfig decode_gemv_config();
-bool decode_gemv_supported(const MoeSpec& spec);
+bool decode_gemv_supported(const MoeSpec& spec, const std::string& arch = "");
+int decode_gemv_max_tokens(const MoeSpec& spec);
 
 // Bounds of block_m over every config: the routing workspace is sized for them.
 constexpr int kMoeMinBlockM = 8;

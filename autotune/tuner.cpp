@@ -279,7 +279,7 @@ std::vector<TuneResult> MoeTuner::run() {
       if (config_fits(spec_, other, limits)) try_all({other}, "topk_sum");  // (a staged tile may be rows-only)
     }
     // The decode GEMV pair against the best grouped-GEMM config (few tokens: it has no tiles to tune).
-    if (m <= kMoeDecodeMaxTokens && decode_gemv_supported(spec_)) try_all({decode_gemv_config()}, "gemv");
+    if (decode_gemv_supported(spec_, arch) && m <= decode_gemv_max_tokens(spec_)) try_all({decode_gemv_config()}, "gemv");
     if (best_us < 0) throw Error(Phase::Tune, fmt::format("tune: no config ran for M={} (see the warnings)", m));
     r.config = best;
     r.us = best_us;

@@ -359,7 +359,7 @@ FamilyInfo moe_decode_gemv_family() {
   f.name = "moe_decode_gemv";
   f.header = "moe/moe_decode_gemv.cuh";
   f.doc = "fused MoE layer for a few tokens: routing + GEMM1 + activation (gemv1), GEMM2 + top-k sum (gemv2)";
-  f.params = {dtype_param(), activation_param("silu_mul"),
+  f.params = {dtype_param(), activation_param("silu_mul"), quant_param(),
               int_param("top_k", "TOPK", "experts per token", std::nullopt, 1, 32),
               int_param("hidden", "HIDDEN", "hidden size K (a multiple of 8)", std::nullopt, 8, 1 << 16),
               int_param("intermediate", "INTER", "intermediate size N (a multiple of 8)", std::nullopt, 8, 1 << 16)};
@@ -370,10 +370,18 @@ FamilyInfo moe_decode_gemv_family() {
                {"gemv2", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs"}};
   f.derive = [](KernelSpec& s) {
     derive_topk_selection(s, "moe_decode_gemv");
+    const int quant = parse_quant(s.get_string("quant"));
+    if (quant != kQuantNone && quant != kQuantFp8Block)
+      throw Error(Phase::Validate, fmt::format("moe_decode_gemv: quant {} is not supported (none or fp8_block)",
+                                               s.get_string("quant")));
+    if (quant == kQuantFp8Block && !arch_has_fp8_mma(s.arch))
+      throw Error(Phase::Validate, fmt::format("moe_decode_gemv: fp8_block needs e4m3 conversions (sm_89 or newer), not {}",
+                                               s.arch));
+    const std::int64_t chunk = quant == kQuantFp8Block ? 16 : 8;  // elements per 16-byte load
     for (const char* name : {"hidden", "intermediate"})
-      if (s.get_int(name) % 8 != 0)
-        throw Error(Phase::Validate,
-                    fmt::format("moe_decode_gemv: {} = {} is not a multiple of 8 (16-byte loads)", name, s.get_int(name)));
+      if (s.get_int(name) % chunk != 0)
+        throw Error(Phase::Validate, fmt::format("moe_decode_gemv: {} = {} is not a multiple of {} (16-byte loads)", name,
+                                                 s.get_int(name), chunk));
     s.params["threads"] = std::int64_t(kMoeDecodeThreads);
   };
   return f;

@@ -14,9 +14,9 @@
 namespace moejit {
 
 void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m, const Kernels& k) {
-  MOEJIT_REQUIRE(m <= kMoeDecodeMaxTokens,
-                 "moe: tile config gemv (the decode GEMV) takes at most {} tokens per forward, not {}",
-                 kMoeDecodeMaxTokens, m);
+  MOEJIT_REQUIRE(m <= decode_gemv_max_tokens(spec_),
+                 "moe: tile config gemv (the decode GEMV) takes at most {} tokens per forward of this layer, not {}",
+                 decode_gemv_max_tokens(spec_), m);
   const Workspace w = carve(args, m);
   const RouterConfig& router = router_.config();
   auto ptr = [](const TensorView& t) { return t.given() ? reinterpret_cast<const void*>(t.data) : nullptr; };
@@ -41,12 +41,22 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   a.error_flags = w.routing.sort.error_flags;
   a.x = ptr(args.hidden);
   a.ldx = args.hidden.strides[0];
+  // Weights as stored (byte strides), fp8_block's scales.
+  const long long es = static_cast<long long>(scalar_type_size(args.w1.dtype));
   a.w1 = ptr(args.w1);
-  a.w1_expert_stride = args.w1.strides[0];
-  a.ldw1 = args.w1.strides[1];
+  a.w1_expert_stride = args.w1.strides[0] * es;
+  a.ldw1 = args.w1.strides[1] * es;
   a.w2 = ptr(args.w2);
-  a.w2_expert_stride = args.w2.strides[0];
-  a.ldw2 = args.w2.strides[1];
+  a.w2_expert_stride = args.w2.strides[0] * es;
+  a.ldw2 = args.w2.strides[1] * es;
+  if (spec_.quant == kQuantFp8Block) {
+    a.w1_scale = static_cast<const float*>(ptr(args.w1_scale));
+    a.w1_scale_expert_stride = args.w1_scale.strides[0];
+    a.w1_scale_row_stride = args.w1_scale.strides[1];
+    a.w2_scale = static_cast<const float*>(ptr(args.w2_scale));
+    a.w2_scale_expert_stride = args.w2_scale.strides[0];
+    a.w2_scale_row_stride = args.w2_scale.strides[1];
+  }
   if (spec_.has_bias) {
     a.b1 = static_cast<const float*>(ptr(args.b1));
     a.b1_expert_stride = args.b1.strides[0];
@@ -61,16 +71,19 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   a.limit = spec_.swiglu_limit;
   // One wave each; every CTA takes an even share of the items (at least one).
   const DeviceInfo& device = runtime_.device().info();
-  auto grid = [&](const Kernel& kernel, long long items) {
+  auto grid = [&](const Kernel& kernel, unsigned smem, long long items) {
     const long long wave = static_cast<long long>(device.sm_count) *
-                           resident_ctas_per_sm(kernel, kMoeDecodeThreads, 0, device);
+                           resident_ctas_per_sm(kernel, kMoeDecodeThreads, smem, device);
     return static_cast<unsigned>(std::clamp<long long>(items, 1, wave));
   };
+  // fp8_block: each CTA's quantized activations.
+  const auto smem1 = static_cast<unsigned>(moe_decode_gemv1_smem(spec_.quant, m, spec_.hidden));
+  const auto smem2 = static_cast<unsigned>(moe_decode_gemv2_smem(spec_.quant, m, spec_.top_k, spec_.intermediate));
   const long long items1 = static_cast<long long>(m) * spec_.top_k * spec_.intermediate;
   const long long items2 = static_cast<long long>(m) * spec_.hidden;
-  k.gemv1->launch(stream, {grid(*k.gemv1, items1), 1, 1, kMoeDecodeThreads, 1, 1, 0}, a);
+  k.gemv1->launch(stream, {grid(*k.gemv1, smem1, items1), 1, 1, kMoeDecodeThreads, 1, 1, smem1}, a);
   const bool overlap = arch_has_dependent_launch(runtime_.device_arch());
-  k.gemv2->launch(stream, {grid(*k.gemv2, items2), 1, 1, kMoeDecodeThreads, 1, 1, 0, overlap}, a);
+  k.gemv2->launch(stream, {grid(*k.gemv2, smem2, items2), 1, 1, kMoeDecodeThreads, 1, 1, smem2, overlap}, a);
 }
 
 }  // namespace moejit

@@ -71,16 +71,17 @@ std::vector<bool> moe_gemm2_roles_upto(const MoeSpec& spec, const MoeTileConfig&
 }
 
 KernelSpec moe_decode_spec(const MoeSpec& spec, const std::string& arch) {
-  MOEJIT_REQUIRE(decode_gemv_supported(spec),
-                 "moe: the decode GEMV (tile config gemv) needs the fused layer in the fast reduce mode, 16-bit "
-                 "weights and K, N multiples of 8 ({})",
-                 spec.describe());
+  MOEJIT_REQUIRE(decode_gemv_supported(spec, arch),
+                 "moe: the decode GEMV (tile config gemv) needs the fused layer in the fast reduce mode and 16-bit "
+                 "weights with K, N multiples of 8 or fp8_block weights (sm_89+) with K, N multiples of 16 ({} on {})",
+                 spec.describe(), arch);
   KernelSpec s = routing_topk_spec(moe_layer_router_config(spec), arch);  // the routing the layer runs
   s.family = "moe_decode_gemv";
   s.params.erase("warps");
   s.params.erase("experts_per_lane");
   s.params["dtype"] = std::string(dtype_name(spec.dtype));
   s.params["activation"] = std::string(activation_name(spec.activation));
+  s.params["quant"] = std::string(quant_name(spec.quant));
   s.params["hidden"] = std::int64_t(spec.hidden);
   s.params["intermediate"] = std::int64_t(spec.intermediate);
   return complete_spec(std::move(s));
@@ -169,7 +170,7 @@ std::vector<KernelSpec> moe_layer_kernel_specs(const MoeSpec& spec, int max_toke
   std::vector<KernelSpec> out = {
       routing_fused_spec(router, arch),
       RoutingSorter::spec_for({.num_experts = router.num_experts, .top_k = router.top_k}, arch)};
-  if (decode_gemv_supported(spec)) out.push_back(moe_decode_spec(spec, arch));  // any bucket may pick it
+  if (decode_gemv_supported(spec, arch)) out.push_back(moe_decode_spec(spec, arch));  // any bucket may pick it
   for (const auto& config : heuristic_tile_configs(spec, max_tokens, arch))
     for (bool rows16 : moe_gemm2_roles_upto(spec, config, max_tokens))
       for (auto& s : moe_expert_kernel_specs(spec, config, arch, rows16))

@@ -78,7 +78,7 @@ MoeTileConfig MoeLayer::tile_config(int num_tokens) const {
   std::lock_guard<std::mutex> lock(tuned_mutex_);
   // A decode GEMV bucket serves batches up to its token limit only; beyond, the nearest other bucket.
   const TunedEntry* nearest = nearest_bucket(tuned_, num_tokens, [&](const MoeTileConfig& c) {
-    return !c.gemv || num_tokens <= kMoeDecodeMaxTokens;
+    return !c.gemv || num_tokens <= decode_gemv_max_tokens(spec_);
   });
   return nearest ? nearest->config : heuristic_tile_config(spec_, num_tokens, true, runtime_.device_arch());
 }

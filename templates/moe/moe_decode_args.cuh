@@ -2,6 +2,8 @@
 // layer for a few tokens in two launches, routing included. Plain C++: the host includes this too.
 #pragma once
 
+#include "common/host_device.cuh"
+#include "moe/quant_kinds.cuh"
 #include "routing/routing_topk_args.cuh"
 
 namespace moejit {
@@ -24,7 +26,8 @@ struct MoeDecodeArgs {
   float* topk_weights;  // [num_tokens, TOPK]
   int* expert_counts;  // [num_local_experts] routed slots per local expert
   int* error_flags;    // RoutingErrorFlags bits
-  // Experts (row-major, reduction dim contiguous; strides in elements).
+  // Experts (row-major, reduction dim contiguous). x / out / inter strides in elements, weight
+  // strides in bytes (QUANT: 16-bit or e4m3 weights).
   const void* x;  // [num_tokens, ldx] DTYPE
   long long ldx;
   const void* w1;  // [E_local, W1 rows, K]
@@ -33,6 +36,11 @@ struct MoeDecodeArgs {
   long long b1_expert_stride;
   const void* w2;  // [E_local, K, N]
   long long w2_expert_stride, ldw2;
+  // fp8_block: fp32 weight scales [E_local, ceil(rows / 128), ceil(inner / 128)] (strides in elements).
+  const float* w1_scale;
+  long long w1_scale_expert_stride, w1_scale_row_stride;
+  const float* w2_scale;
+  long long w2_scale_expert_stride, w2_scale_row_stride;
   const float* b2;  // [E_local, b2_expert_stride] or null
   long long b2_expert_stride;
   void* inter;  // [num_tokens * TOPK, N] DTYPE, by routed slot (gemv1 writes, gemv2 reads)
@@ -41,5 +49,19 @@ struct MoeDecodeArgs {
   int weight_on_input;  // router weight scales GEMM1's product (before bias) instead of GEMM2's result
   float alpha, limit;   // swigluoai / swiglustep
 };
+
+// fp8_block: each CTA quantizes its activations into shared memory (e4m3 + one fp32 scale per
+// token per 128 columns, as moe_act_quant does): gemv1 the tokens' x rows, gemv2 their TOPK
+// intermediate rows. Dynamic shared memory of each (0 for 16-bit weights), and the cap on it.
+constexpr long long kMoeDecodeMaxSmemBytes = 96 * 1024;
+MOEJIT_HOST_DEVICE constexpr long long moe_decode_quant_smem(int quant, long long rows, long long cols) {
+  return quant == kQuantFp8Block ? rows * cols + rows * ((cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize) * 4 : 0;
+}
+MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv1_smem(int quant, int tokens, int hidden) {
+  return moe_decode_quant_smem(quant, tokens, hidden);
+}
+MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv2_smem(int quant, int tokens, int top_k, int inter) {
+  return moe_decode_quant_smem(quant, static_cast<long long>(tokens) * top_k, inter);
+}
 
 }  // namespace moejit

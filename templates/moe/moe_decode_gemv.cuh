@@ -14,6 +14,9 @@
 // most 12 loads in flight per chunk), so CTAs split the work evenly at any shape, and the
 // sums are reduced across warps through shared memory. Sums are fp32; the order is fixed by the
 // shape (not by the batch), but differs from the GEMM kernels': fast reduce mode only.
+// QUANT: 16-bit weights (8 per 16-byte chunk), or fp8_block w8a8 (16 e4m3 per chunk): each CTA
+// quantizes its activations into shared memory as moe_act_quant does (per token per 128 columns)
+// and scales each chunk's exact-product sum by weight block scale x activation group scale.
 #pragma once
 
 #include "common/dependent_launch.cuh"
@@ -63,6 +66,64 @@ __device__ inline float dot8(uint4 a, uint4 b, float acc) {
                sm80::to_float<DTYPE>(static_cast<unsigned short>(wb[i] >> 16)), acc);
   }
   return acc;
+}
+
+// Sum of the 16 products of two chunks of e4m3 codes (sm_89+), in fp32 (each product is exact).
+__device__ inline float dot16_e4m3(uint4 a, uint4 b) {
+  float acc = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const unsigned wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      unsigned ha, hb;
+      const unsigned short ca = static_cast<unsigned short>(wa[i] >> (16 * h)), cb = static_cast<unsigned short>(wb[i] >> (16 * h));
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(ha) : "h"(ca));
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hb) : "h"(cb));
+      float a0, a1, b0, b1;
+      asm("cvt.f32.f16 %0, %1;" : "=f"(a0) : "h"(static_cast<unsigned short>(ha & 0xffffu)));
+      asm("cvt.f32.f16 %0, %1;" : "=f"(a1) : "h"(static_cast<unsigned short>(ha >> 16)));
+      asm("cvt.f32.f16 %0, %1;" : "=f"(b0) : "h"(static_cast<unsigned short>(hb & 0xffffu)));
+      asm("cvt.f32.f16 %0, %1;" : "=f"(b1) : "h"(static_cast<unsigned short>(hb >> 16)));
+      acc = fmaf(a0, b0, acc);
+      acc = fmaf(a1, b1, acc);
+    }
+#else
+  __trap();
+#endif
+  return acc;
+}
+
+// rows x cols DTYPE (row stride ld) -> e4m3 codes q [rows][cols] and scales s [rows][ceil(cols / 128)]
+// in shared memory, exactly as moe_act_quant's group128 mode: one warp per (row, 128 columns),
+// scale = max(amax, 1e-10) / 448, q = e4m3(x / scale). cols is a multiple of 4.
+template <int DTYPE>
+__device__ inline void quantize_rows(const unsigned short* in, long long ld, int rows, int cols, unsigned char* q,
+                                     float* s) {
+  constexpr int kGroup = kQuantFp8BlockSize;
+  const int groups = (cols + kGroup - 1) / kGroup, lane = threadIdx.x & 31;
+  for (int item = threadIdx.x >> 5; item < rows * groups; item += kWarps) {
+    const int row = item / groups, c = (item % groups) * kGroup + lane * 4;
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    if (c < cols) {
+      const uint2 w = *reinterpret_cast<const uint2*>(in + row * ld + c);
+      v[0] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.x & 0xffffu));
+      v[1] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.x >> 16));
+      v[2] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.y & 0xffffu));
+      v[3] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.y >> 16));
+    }
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float scale = fmaxf(amax, 1e-10f) / kFp8E4m3Max;
+    if (lane == 0) s[row * groups + item % groups] = scale;
+    if (c < cols) {
+      const unsigned lo = sm80::pack2_e4m3(v[0] / scale, v[1] / scale);
+      const unsigned hi = sm80::pack2_e4m3(v[2] / scale, v[3] / scale);
+      *reinterpret_cast<unsigned*>(q + row * cols + c) = lo | (hi << 16);
+    }
+  }
 }
 
 __device__ inline float warp_sum(float v) {
@@ -158,39 +219,55 @@ __device__ inline float cta_total(const float (&red)[kWarps][G], int g) {
 
 }  // namespace moe_decode_detail
 
-template <int DTYPE, int ACT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING,
-          bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
+template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
+          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
 __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
   constexpr bool GATED = activation_is_gated(ACT);
   constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
+  constexpr bool FP8 = QUANT == kQuantFp8Block;
+  static_assert(QUANT == kQuantNone || FP8, "16-bit or fp8_block weights");
   constexpr int R = GATED ? 2 : 1;
-  using W = Walk<HIDDEN / 8, R>;
-  static_assert(HIDDEN % 8 == 0 && INTER % 8 == 0, "whole 16-byte chunks");
+  constexpr int EPC = FP8 ? 16 : 8;  // elements per 16-byte chunk
+  constexpr int GROUPS = (HIDDEN + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
+  using W = Walk<HIDDEN / EPC, R>;
+  static_assert(HIDDEN % EPC == 0 && INTER % EPC == 0, "whole 16-byte chunks");
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G * R];
+  extern __shared__ uint4 dynamic_smem[];  // fp8: x as e4m3 [tokens][HIDDEN], then scales [tokens][GROUPS]
+  unsigned char* xq = reinterpret_cast<unsigned char*>(dynamic_smem);
+  const float* xs = reinterpret_cast<const float*>(xq + a.num_tokens * HIDDEN);
   pdl::wait();  // launched after whatever wrote x and the logits
   pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
+  if constexpr (FP8)
+    quantize_rows<DTYPE>(static_cast<const unsigned short*>(a.x), a.ldx, a.num_tokens, HIDDEN, xq,
+                         const_cast<float*>(xs));
   route<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
   if (blockIdx.x == 0) publish<TOPK>(a, picks);
   const unsigned short* x = static_cast<const unsigned short*>(a.x);
-  const unsigned short* w1 = static_cast<const unsigned short*>(a.w1);
+  const unsigned char* w1 = static_cast<const unsigned char*>(a.w1);
   int begin, end;
   cta_items(static_cast<long long>(a.num_tokens) * TOPK * INTER, begin, end);
   int parity = 0;
   for (int base = begin; base < end; base += W::G, parity ^= 1) {
-    const unsigned short* row[W::G][R];
-    const unsigned short* xrow[W::G];
+    const unsigned char* row[W::G][R];
+    const float* row_scale[W::G][R];  // fp8: the weight rows' block scales (one per 128 k)
+    int token[W::G];
     bool live[W::G];
 #pragma unroll
     for (int g = 0; g < W::G; ++g) {
       const int item = base + g, slot = item / INTER, n = item % INTER;
       const int e = item < end ? picks.local[slot] : -1;
       live[g] = e >= 0;
-      const unsigned short* expert = w1 + (live[g] ? e : 0) * a.w1_expert_stride;
-      row[g][0] = expert + static_cast<long long>(INTERLEAVED ? 2 * n : n) * a.ldw1;
-      if constexpr (GATED) row[g][R - 1] = expert + static_cast<long long>(INTERLEAVED ? 2 * n + 1 : n + INTER) * a.ldw1;
-      xrow[g] = x + (live[g] ? slot / TOPK : 0) * a.ldx;
+      token[g] = live[g] ? slot / TOPK : 0;
+      const int rows[2] = {INTERLEAVED ? 2 * n : n, INTERLEAVED ? 2 * n + 1 : n + INTER};
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        row[g][r] = w1 + (live[g] ? e : 0) * a.w1_expert_stride + rows[r] * a.ldw1;
+        if constexpr (FP8)
+          row_scale[g][r] = a.w1_scale + (live[g] ? e : 0) * a.w1_scale_expert_stride +
+                            (rows[r] / kQuantFp8BlockSize) * a.w1_scale_row_stride;
+      }
     }
     float acc[W::G][R];
 #pragma unroll
@@ -200,23 +277,33 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
 #pragma unroll
     for (int s0 = 0; s0 < W::STEPS; s0 += W::CH) {
       uint4 wv[W::G][R][W::CH], xv[W::G][W::CH];
+      float sc[W::G][R][W::CH];
 #pragma unroll
       for (int g = 0; g < W::G; ++g)
 #pragma unroll
         for (int c = 0; c < W::CH; ++c) {
           const int p = threadIdx.x + (s0 + c) * kThreads;  // 16-byte chunk of the row
-          const bool ok = live[g] && s0 + c < W::STEPS && (!W::RAGGED || p < HIDDEN / 8);
-          xv[g][c] = ok ? __ldg(reinterpret_cast<const uint4*>(xrow[g]) + p) : make_uint4(0, 0, 0, 0);
+          const bool ok = live[g] && s0 + c < W::STEPS && (!W::RAGGED || p < HIDDEN / EPC);
+          const int group = p * EPC / kQuantFp8BlockSize;
+          if constexpr (FP8)
+            xv[g][c] = ok ? *reinterpret_cast<const uint4*>(xq + token[g] * HIDDEN + p * EPC) : make_uint4(0, 0, 0, 0);
+          else
+            xv[g][c] = ok ? __ldg(reinterpret_cast<const uint4*>(x + token[g] * a.ldx) + p) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-          for (int r = 0; r < R; ++r)
-            wv[g][r][c] = ok ? load_stream(reinterpret_cast<const uint4*>(row[g][r]) + p) : make_uint4(0, 0, 0, 0);
+          for (int r = 0; r < R; ++r) {
+            wv[g][r][c] = ok ? load_stream(row[g][r] + p * 16) : make_uint4(0, 0, 0, 0);
+            if constexpr (FP8) sc[g][r][c] = ok ? row_scale[g][r][group] * xs[token[g] * GROUPS + group] : 0.f;
+          }
         }
 #pragma unroll
       for (int g = 0; g < W::G; ++g)
 #pragma unroll
         for (int c = 0; c < W::CH; ++c)
 #pragma unroll
-          for (int r = 0; r < R; ++r) acc[g][r] = dot8<DTYPE>(wv[g][r][c], xv[g][c], acc[g][r]);
+          for (int r = 0; r < R; ++r) {
+            if constexpr (FP8) acc[g][r] = fmaf(dot16_e4m3(wv[g][r][c], xv[g][c]), sc[g][r][c], acc[g][r]);
+            else acc[g][r] = dot8<DTYPE>(wv[g][r][c], xv[g][c], acc[g][r]);
+          }
     }
 #pragma unroll
     for (int g = 0; g < W::G; ++g)
@@ -247,20 +334,30 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   }
 }
 
-template <int DTYPE, int ACT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING,
-          bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
+template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
+          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
 __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
-  constexpr int VEC = TOPK * INTER / 8;  // 16-byte chunks of a token's intermediate rows
+  constexpr bool FP8 = QUANT == kQuantFp8Block;
+  constexpr int EPC = FP8 ? 16 : 8;
+  constexpr int GROUPS = (INTER + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
+  constexpr int VEC = TOPK * INTER / EPC;  // 16-byte chunks of a token's intermediate rows
   using W = Walk<VEC, 1>;
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G];
+  extern __shared__ uint4 dynamic_smem[];  // fp8: intermediate as e4m3 [tokens * TOPK][INTER], then scales
+  unsigned char* iq = reinterpret_cast<unsigned char*>(dynamic_smem);
+  const float* is = reinterpret_cast<const float*>(iq + a.num_tokens * TOPK * INTER);
   // The picks need only the logits (or given ids), written before gemv1 started: route first, then
   // wait for gemv1's intermediate.
   route<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
   pdl::wait();
   const unsigned short* inter = static_cast<const unsigned short*>(a.inter);
-  const unsigned short* w2 = static_cast<const unsigned short*>(a.w2);
+  if constexpr (FP8) {  // dropped slots' rows are never read below
+    quantize_rows<DTYPE>(inter, INTER, a.num_tokens * TOPK, INTER, iq, const_cast<float*>(is));
+    __syncthreads();
+  }
+  const unsigned char* w2 = static_cast<const unsigned char*>(a.w2);
   int begin, end;
   cta_items(static_cast<long long>(a.num_tokens) * HIDDEN, begin, end);
   int parity = 0;
@@ -278,18 +375,32 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv2_kernel(
         for (int c = 0; c < W::CH; ++c) {
           const int item = base + g, t = item / HIDDEN, col = item % HIDDEN;
           const int p = threadIdx.x + (s0 + c) * kThreads;
-          const int k = p * 8 / INTER, off = p * 8 - k * INTER;  // slot of the chunk, column in its row
+          const int k = p * EPC / INTER, off = p * EPC - k * INTER;  // slot of the chunk, column in its row
           const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < VEC);
           const int e = in_row && item < end ? picks.local[t * TOPK + k] : -1;
           scale[g][c] = e >= 0 && !a.weight_on_input ? picks.weight[t * TOPK + k] : 1.f;
-          wv[g][c] = e >= 0 ? load_stream(w2 + e * a.w2_expert_stride + col * a.ldw2 + off) : make_uint4(0, 0, 0, 0);
-          iv[g][c] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
+          wv[g][c] = e >= 0 ? load_stream(w2 + e * a.w2_expert_stride + col * a.ldw2 + off * (FP8 ? 1 : 2))
                             : make_uint4(0, 0, 0, 0);
+          if constexpr (FP8) {
+            const int group = off / kQuantFp8BlockSize;
+            iv[g][c] = e >= 0 ? *reinterpret_cast<const uint4*>(iq + static_cast<long long>(t) * TOPK * INTER + p * EPC)
+                              : make_uint4(0, 0, 0, 0);
+            if (e >= 0)
+              scale[g][c] *= a.w2_scale[e * a.w2_scale_expert_stride + (col / kQuantFp8BlockSize) * a.w2_scale_row_stride +
+                                        group] *
+                             is[(t * TOPK + k) * GROUPS + group];
+          } else {
+            iv[g][c] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
+                              : make_uint4(0, 0, 0, 0);
+          }
         }
 #pragma unroll
       for (int g = 0; g < W::G; ++g)
 #pragma unroll
-        for (int c = 0; c < W::CH; ++c) acc[g] = fmaf(scale[g][c], dot8<DTYPE>(wv[g][c], iv[g][c], 0.f), acc[g]);
+        for (int c = 0; c < W::CH; ++c) {
+          if constexpr (FP8) acc[g] = fmaf(scale[g][c], dot16_e4m3(wv[g][c], iv[g][c]), acc[g]);
+          else acc[g] = fmaf(scale[g][c], dot8<DTYPE>(wv[g][c], iv[g][c], 0.f), acc[g]);
+        }
     }
 #pragma unroll
     for (int g = 0; g < W::G; ++g) to_shared(red[parity], g, acc[g]);

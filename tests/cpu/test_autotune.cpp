@@ -357,13 +357,25 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   MoeSpec det = q, unfused = q, quant = q;
   det.reduce = ReduceMode::Deterministic;
   unfused.fused = false;
-  quant.quant = kQuantFp8Block;
+  quant.quant = kQuantInt4Group;
   for (const MoeSpec* s : {&det, &unfused, &quant}) {
     CHECK_FALSE(decode_gemv_supported(*s));
     CHECK_FALSE(heuristic_tile_config(*s, 1).gemv);
     CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(*s, decode_gemv_config(), "sm_90a"), doctest::Contains("decode GEMV"),
                          Error);
   }
+  // fp8_block: e4m3 conversions (sm_89+); activations quantized in shared memory bound the tokens.
+  MoeSpec fp8 = q;
+  fp8.quant = kQuantFp8Block;
+  CHECK(decode_gemv_supported(fp8, "sm_90a"));
+  CHECK_FALSE(decode_gemv_supported(fp8, "sm_80"));
+  CHECK(heuristic_tile_config(fp8, 1, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(fp8, 1, true, "sm_80").gemv);
+  CHECK(moe_expert_kernel_specs(fp8, decode_gemv_config(), "sm_90a")[0].get_string("quant") == "fp8_block");
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(fp8, decode_gemv_config(), "sm_80"), doctest::Contains("sm_89"), Error);
+  CHECK(decode_gemv_max_tokens(fp8) == kMoeDecodeMaxTokens);
+  fp8.hidden = 16384;  // 8 x 16 KiB of e4m3 x + scales > 96 KiB: 5 tokens
+  CHECK(decode_gemv_max_tokens(fp8) == 5);
   // One kernel set: routing parameters from the layer's router, the shape as template arguments.
   const MoeTileConfig gemv = decode_gemv_config();
   CHECK(gemv.describe() == "gemv");
