@@ -50,12 +50,12 @@ struct MoeDecodeArgs {
   float alpha, limit;   // swigluoai / swiglustep
 };
 
-// fp8_block: each CTA quantizes its activations into shared memory (e4m3 + one fp32 scale per
-// token per 128 columns, as moe_act_quant does): gemv1 the tokens' x rows, gemv2 their TOPK
-// intermediate rows. Dynamic shared memory of each (0 for 16-bit weights), and the cap on it.
+// fp8_block: each CTA quantizes its activations into shared memory (e4m3 values as f16 + one fp32
+// scale per token per 128 columns, as moe_act_quant does): gemv1 the tokens' x rows, gemv2 their
+// TOPK intermediate rows. Dynamic shared memory of each (0 for 16-bit weights), and the cap on it.
 constexpr long long kMoeDecodeMaxSmemBytes = 96 * 1024;
 MOEJIT_HOST_DEVICE constexpr long long moe_decode_quant_smem(int quant, long long rows, long long cols) {
-  return quant == kQuantFp8Block ? rows * cols + rows * ((cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize) * 4 : 0;
+  return quant == kQuantFp8Block ? rows * cols * 2 + rows * ((cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize) * 4 : 0;
 }
 MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv1_smem(int quant, int tokens, int hidden) {
   return moe_decode_quant_smem(quant, tokens, hidden);

@@ -31,16 +31,17 @@ namespace moe_decode_detail {
 
 constexpr int kThreads = kMoeDecodeThreads;
 constexpr int kWarps = kThreads / 32;
-// 16-byte loads per thread in flight per chunk: R weight chunks and one activation chunk per
+// 16-byte loads per thread in flight per chunk: R weight chunks and X activation chunks per
 // (item, step), at most kChunks of them (48 registers: more spilled Mixtral's gemv2 at 80).
 constexpr int kChunks = 12;
 
 // How one kernel walks its items: VEC 16-byte chunks per item and row, STEPS per thread, G items
-// per batch, CH steps per chunk (R weight rows per item: 2 for gated GEMM1).
-template <int VEC, int R>
+// per batch, CH steps per chunk (R weight rows per item: 2 for gated GEMM1; X activation chunks
+// per weight chunk: 2 for fp8, whose 16 e4m3 weights meet 16 f16 activations).
+template <int VEC, int R, int X = 1>
 struct Walk {
   static constexpr int STEPS = (VEC + kThreads - 1) / kThreads;
-  static constexpr int UNITS = kChunks / (R + 1);  // (item, step) pairs per chunk
+  static constexpr int UNITS = kChunks / (R + X);  // (item, step) pairs per chunk
   static constexpr int G = STEPS <= UNITS ? (UNITS / STEPS < 8 ? UNITS / STEPS : 8) : 1;
   static constexpr int CH = STEPS <= UNITS ? STEPS : UNITS;
   static constexpr bool RAGGED = VEC % kThreads != 0;  // the last step leaves some threads idle
@@ -68,60 +69,96 @@ __device__ inline float dot8(uint4 a, uint4 b, float acc) {
   return acc;
 }
 
-// Sum of the 16 products of two chunks of e4m3 codes (sm_89+), in fp32 (each product is exact).
-__device__ inline float dot16_e4m3(uint4 a, uint4 b) {
+// e4m3 products in f16: the weights' codes convert exactly (cvt e4m3x2 -> f16x2, the one
+// conversion per pair), the activations sit in shared memory as f16 already, times 2^-8 so that a
+// product stays below the f16 maximum (448 * 1.75); two products add in f16, then fp32 sums. (A
+// version converting both operands to fp32 ran DeepSeek-V3 TP8 at ~23 us per token on an H200, the
+// quarter-rate conversions bound.)
+constexpr float kFp8ProductScale = 256.f;  // undoes the activations' 2^-8
+
+__device__ inline unsigned hmul2(unsigned a, unsigned b) {
+  unsigned d;
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ inline unsigned hadd2(unsigned a, unsigned b) {
+  unsigned d;
+  asm("add.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+
+// Sum of the 16 products of e4m3 weight codes w and f16 activations x (x0: elements 0-7, x1: 8-15),
+// / kFp8ProductScale. sm_89+.
+__device__ inline float dot16_e4m3(uint4 w, uint4 x0, uint4 x1) {
   float acc = 0.f;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const unsigned wa[4] = {a.x, a.y, a.z, a.w}, wb[4] = {b.x, b.y, b.z, b.w};
+  const unsigned ww[4] = {w.x, w.y, w.z, w.w}, xx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      unsigned ha, hb;
-      const unsigned short ca = static_cast<unsigned short>(wa[i] >> (16 * h)), cb = static_cast<unsigned short>(wb[i] >> (16 * h));
-      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(ha) : "h"(ca));
-      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hb) : "h"(cb));
-      float a0, a1, b0, b1;
-      asm("cvt.f32.f16 %0, %1;" : "=f"(a0) : "h"(static_cast<unsigned short>(ha & 0xffffu)));
-      asm("cvt.f32.f16 %0, %1;" : "=f"(a1) : "h"(static_cast<unsigned short>(ha >> 16)));
-      asm("cvt.f32.f16 %0, %1;" : "=f"(b0) : "h"(static_cast<unsigned short>(hb & 0xffffu)));
-      asm("cvt.f32.f16 %0, %1;" : "=f"(b1) : "h"(static_cast<unsigned short>(hb >> 16)));
-      acc = fmaf(a0, b0, acc);
-      acc = fmaf(a1, b1, acc);
-    }
+  for (int i = 0; i < 4; ++i) {  // 4 codes of w against 2 words of x
+    unsigned lo, hi;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"(static_cast<unsigned short>(ww[i] & 0xffffu)));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"(static_cast<unsigned short>(ww[i] >> 16)));
+    const unsigned pair = hadd2(hmul2(lo, xx[2 * i]), hmul2(hi, xx[2 * i + 1]));
+    float p0, p1;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(p0) : "h"(static_cast<unsigned short>(pair & 0xffffu)));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(p1) : "h"(static_cast<unsigned short>(pair >> 16)));
+    acc += p0 + p1;
+  }
 #else
   __trap();
 #endif
   return acc;
 }
 
-// rows x cols DTYPE (row stride ld) -> e4m3 codes q [rows][cols] and scales s [rows][ceil(cols / 128)]
-// in shared memory, exactly as moe_act_quant's group128 mode: one warp per (row, 128 columns),
-// scale = max(amax, 1e-10) / 448, q = e4m3(x / scale). cols is a multiple of 4.
+// rows x cols DTYPE (row stride ld) -> the e4m3-quantized values as f16 times 2^-8, q [rows][cols],
+// and scale * kFp8ProductScale, s [rows][ceil(cols / 128)], in shared memory. The quantization is
+// moe_act_quant's group128 mode: one warp per (row, 128 columns), scale = max(amax, 1e-10) / 448,
+// q = e4m3(x / scale). cols is a multiple of 4. Each warp loads 8 groups before reducing any.
 template <int DTYPE>
-__device__ inline void quantize_rows(const unsigned short* in, long long ld, int rows, int cols, unsigned char* q,
+__device__ inline void quantize_rows(const unsigned short* in, long long ld, int rows, int cols, unsigned short* q,
                                      float* s) {
-  constexpr int kGroup = kQuantFp8BlockSize;
+  constexpr int kGroup = kQuantFp8BlockSize, kBatch = 8;
   const int groups = (cols + kGroup - 1) / kGroup, lane = threadIdx.x & 31;
-  for (int item = threadIdx.x >> 5; item < rows * groups; item += kWarps) {
-    const int row = item / groups, c = (item % groups) * kGroup + lane * 4;
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-    if (c < cols) {
-      const uint2 w = *reinterpret_cast<const uint2*>(in + row * ld + c);
-      v[0] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.x & 0xffffu));
-      v[1] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.x >> 16));
-      v[2] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.y & 0xffffu));
-      v[3] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.y >> 16));
-    }
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+  for (int first = threadIdx.x >> 5; first < rows * groups; first += kWarps * kBatch) {
+    float v[kBatch][4];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-    const float scale = fmaxf(amax, 1e-10f) / kFp8E4m3Max;
-    if (lane == 0) s[row * groups + item % groups] = scale;
-    if (c < cols) {
-      const unsigned lo = sm80::pack2_e4m3(v[0] / scale, v[1] / scale);
-      const unsigned hi = sm80::pack2_e4m3(v[2] / scale, v[3] / scale);
-      *reinterpret_cast<unsigned*>(q + row * cols + c) = lo | (hi << 16);
+    for (int u = 0; u < kBatch; ++u) {
+      const int item = first + u * kWarps, row = item / groups, c = (item % groups) * kGroup + lane * 4;
+      v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0.f;
+      if (item < rows * groups && c < cols) {
+        const uint2 w = *reinterpret_cast<const uint2*>(in + row * ld + c);
+        v[u][0] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.x & 0xffffu));
+        v[u][1] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.x >> 16));
+        v[u][2] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.y & 0xffffu));
+        v[u][3] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.y >> 16));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int item = first + u * kWarps, row = item / groups, c = (item % groups) * kGroup + lane * 4;
+      if (item >= rows * groups) break;  // uniform across the warp
+      float amax = fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])), fmaxf(fabsf(v[u][2]), fabsf(v[u][3])));
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      const float scale = fmaxf(amax, 1e-10f) / kFp8E4m3Max;
+      if (lane == 0) s[row * groups + item % groups] = scale * kFp8ProductScale;
+      if (c < cols) {
+        unsigned codes[2] = {sm80::pack2_e4m3(v[u][0] / scale, v[u][1] / scale),
+                             sm80::pack2_e4m3(v[u][2] / scale, v[u][3] / scale)};
+        uint2 out;
+        unsigned* o = &out.x;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          unsigned f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+          asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(f) : "h"(static_cast<unsigned short>(codes[h])));
+#else
+          f = 0;
+#endif
+          o[h] = hmul2(f, 0x1c001c00u);  // x 2^-8 in both lanes (exact)
+        }
+        *reinterpret_cast<uint2*>(q + row * cols + c) = out;
+      }
     }
   }
 }
@@ -230,12 +267,13 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   constexpr int R = GATED ? 2 : 1;
   constexpr int EPC = FP8 ? 16 : 8;  // elements per 16-byte chunk
   constexpr int GROUPS = (HIDDEN + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
-  using W = Walk<HIDDEN / EPC, R>;
+  constexpr int X = FP8 ? 2 : 1;  // activation chunks (16 bytes) per weight chunk
+  using W = Walk<HIDDEN / EPC, R, X>;
   static_assert(HIDDEN % EPC == 0 && INTER % EPC == 0, "whole 16-byte chunks");
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G * R];
-  extern __shared__ uint4 dynamic_smem[];  // fp8: x as e4m3 [tokens][HIDDEN], then scales [tokens][GROUPS]
-  unsigned char* xq = reinterpret_cast<unsigned char*>(dynamic_smem);
+  extern __shared__ uint4 dynamic_smem[];  // fp8: x quantized, as f16 [tokens][HIDDEN], then scales [tokens][GROUPS]
+  unsigned short* xq = reinterpret_cast<unsigned short*>(dynamic_smem);
   const float* xs = reinterpret_cast<const float*>(xq + a.num_tokens * HIDDEN);
   pdl::wait();  // launched after whatever wrote x and the logits
   pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
@@ -276,7 +314,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
       for (int r = 0; r < R; ++r) acc[g][r] = 0.f;
 #pragma unroll
     for (int s0 = 0; s0 < W::STEPS; s0 += W::CH) {
-      uint4 wv[W::G][R][W::CH], xv[W::G][W::CH];
+      uint4 wv[W::G][R][W::CH], xv[W::G][W::CH][X];
       float sc[W::G][R][W::CH];
 #pragma unroll
       for (int g = 0; g < W::G; ++g)
@@ -285,10 +323,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
           const int p = threadIdx.x + (s0 + c) * kThreads;  // 16-byte chunk of the row
           const bool ok = live[g] && s0 + c < W::STEPS && (!W::RAGGED || p < HIDDEN / EPC);
           const int group = p * EPC / kQuantFp8BlockSize;
-          if constexpr (FP8)
-            xv[g][c] = ok ? *reinterpret_cast<const uint4*>(xq + token[g] * HIDDEN + p * EPC) : make_uint4(0, 0, 0, 0);
-          else
-            xv[g][c] = ok ? __ldg(reinterpret_cast<const uint4*>(x + token[g] * a.ldx) + p) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+          for (int h = 0; h < X; ++h)
+            if constexpr (FP8)
+              xv[g][c][h] = ok ? reinterpret_cast<const uint4*>(xq + token[g] * HIDDEN + p * EPC)[h] : make_uint4(0, 0, 0, 0);
+            else
+              xv[g][c][h] = ok ? __ldg(reinterpret_cast<const uint4*>(x + token[g] * a.ldx) + p) : make_uint4(0, 0, 0, 0);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             wv[g][r][c] = ok ? load_stream(row[g][r] + p * 16) : make_uint4(0, 0, 0, 0);
@@ -301,8 +341,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
         for (int c = 0; c < W::CH; ++c)
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            if constexpr (FP8) acc[g][r] = fmaf(dot16_e4m3(wv[g][r][c], xv[g][c]), sc[g][r][c], acc[g][r]);
-            else acc[g][r] = dot8<DTYPE>(wv[g][r][c], xv[g][c], acc[g][r]);
+            if constexpr (FP8) acc[g][r] = fmaf(dot16_e4m3(wv[g][r][c], xv[g][c][0], xv[g][c][X - 1]), sc[g][r][c], acc[g][r]);
+            else acc[g][r] = dot8<DTYPE>(wv[g][r][c], xv[g][c][0], acc[g][r]);
           }
     }
 #pragma unroll
@@ -342,11 +382,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv2_kernel(
   constexpr int EPC = FP8 ? 16 : 8;
   constexpr int GROUPS = (INTER + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
   constexpr int VEC = TOPK * INTER / EPC;  // 16-byte chunks of a token's intermediate rows
-  using W = Walk<VEC, 1>;
+  constexpr int X = FP8 ? 2 : 1;
+  using W = Walk<VEC, 1, X>;
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G];
-  extern __shared__ uint4 dynamic_smem[];  // fp8: intermediate as e4m3 [tokens * TOPK][INTER], then scales
-  unsigned char* iq = reinterpret_cast<unsigned char*>(dynamic_smem);
+  extern __shared__ uint4 dynamic_smem[];  // fp8: intermediate quantized, as f16 [tokens * TOPK][INTER], then scales
+  unsigned short* iq = reinterpret_cast<unsigned short*>(dynamic_smem);
   const float* is = reinterpret_cast<const float*>(iq + a.num_tokens * TOPK * INTER);
   // The picks need only the logits (or given ids), written before gemv1 started: route first, then
   // wait for gemv1's intermediate.
@@ -367,7 +408,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv2_kernel(
     for (int g = 0; g < W::G; ++g) acc[g] = 0.f;
 #pragma unroll
     for (int s0 = 0; s0 < W::STEPS; s0 += W::CH) {
-      uint4 wv[W::G][W::CH], iv[W::G][W::CH];
+      uint4 wv[W::G][W::CH], iv[W::G][W::CH][X];
       float scale[W::G][W::CH];
 #pragma unroll
       for (int g = 0; g < W::G; ++g)
@@ -383,23 +424,25 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv2_kernel(
                             : make_uint4(0, 0, 0, 0);
           if constexpr (FP8) {
             const int group = off / kQuantFp8BlockSize;
-            iv[g][c] = e >= 0 ? *reinterpret_cast<const uint4*>(iq + static_cast<long long>(t) * TOPK * INTER + p * EPC)
-                              : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int h = 0; h < X; ++h)
+              iv[g][c][h] = e >= 0 ? reinterpret_cast<const uint4*>(iq + static_cast<long long>(t) * TOPK * INTER + p * EPC)[h]
+                                   : make_uint4(0, 0, 0, 0);
             if (e >= 0)
               scale[g][c] *= a.w2_scale[e * a.w2_scale_expert_stride + (col / kQuantFp8BlockSize) * a.w2_scale_row_stride +
                                         group] *
                              is[(t * TOPK + k) * GROUPS + group];
           } else {
-            iv[g][c] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
-                              : make_uint4(0, 0, 0, 0);
+            iv[g][c][0] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
+                                 : make_uint4(0, 0, 0, 0);
           }
         }
 #pragma unroll
       for (int g = 0; g < W::G; ++g)
 #pragma unroll
         for (int c = 0; c < W::CH; ++c) {
-          if constexpr (FP8) acc[g] = fmaf(scale[g][c], dot16_e4m3(wv[g][c], iv[g][c]), acc[g]);
-          else acc[g] = fmaf(scale[g][c], dot8<DTYPE>(wv[g][c], iv[g][c], 0.f), acc[g]);
+          if constexpr (FP8) acc[g] = fmaf(scale[g][c], dot16_e4m3(wv[g][c], iv[g][c][0], iv[g][c][X - 1]), acc[g]);
+          else acc[g] = fmaf(scale[g][c], dot8<DTYPE>(wv[g][c], iv[g][c][0], 0.f), acc[g]);
         }
     }
 #pragma unroll
