@@ -373,7 +373,7 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   CHECK_FALSE(heuristic_tile_config(fp8, 1, true, "sm_80").gemv);
   CHECK(moe_expert_kernel_specs(fp8, decode_gemv_config(), "sm_90a")[0].get_string("quant") == "fp8_block");
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(fp8, decode_gemv_config(), "sm_80"), doctest::Contains("sm_89"), Error);
-  CHECK(decode_gemv_max_tokens(fp8) == kMoeDecodeMaxTokens);
+  CHECK(decode_gemv_max_tokens(fp8) == 7);  // gemv2: 8 slots x 768 f16 + scales, 12480 bytes per token
   fp8.hidden = 16384;  // x as f16 in shared memory, 32.5 KiB per token: 2 tokens fit 96 KiB
   CHECK(decode_gemv_max_tokens(fp8) == 2);
   // One kernel set: routing parameters from the layer's router, the shape as template arguments.
