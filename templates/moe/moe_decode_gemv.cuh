@@ -31,19 +31,20 @@ namespace moe_decode_detail {
 
 constexpr int kThreads = kMoeDecodeThreads;
 constexpr int kWarps = kThreads / 32;
-// 16-byte loads per thread in flight per chunk: R weight chunks and X activation chunks per
-// (item, step), at most kChunks of them (48 registers: more spilled Mixtral's gemv2 at 80).
+// 16-byte loads per thread in flight per chunk: R weight chunks per (item, step) and X activation
+// chunks per step (a batch's items share their token: batches never straddle one), at most kChunks.
 constexpr int kChunks = 12;
 
 // How one kernel walks its items: VEC 16-byte chunks per item and row, STEPS per thread, G items
 // per batch, CH steps per chunk (R weight rows per item: 2 for gated GEMM1; X activation chunks
 // per weight chunk: 2 for fp8, whose 16 e4m3 weights meet 16 f16 activations).
-template <int VEC, int R, int X = 1>
+template <int VEC, int R, int X = 1, int BUDGET = kChunks>
 struct Walk {
   static constexpr int STEPS = (VEC + kThreads - 1) / kThreads;
-  static constexpr int UNITS = kChunks / (R + X);  // (item, step) pairs per chunk
-  static constexpr int G = STEPS <= UNITS ? (UNITS / STEPS < 8 ? UNITS / STEPS : 8) : 1;
-  static constexpr int CH = STEPS <= UNITS ? STEPS : UNITS;
+  static constexpr bool WHOLE = (R + X) * STEPS <= BUDGET;  // every step of a batch in one chunk
+  static constexpr int G_FIT = WHOLE ? (BUDGET - X * STEPS) / (R * STEPS) : 1;
+  static constexpr int G = G_FIT < 8 ? G_FIT : 8;
+  static constexpr int CH = WHOLE ? STEPS : BUDGET / (R + X);
   static constexpr bool RAGGED = VEC % kThreads != 0;  // the last step leaves some threads idle
 };
 
@@ -287,17 +288,18 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   int begin, end;
   cta_items(static_cast<long long>(a.num_tokens) * TOPK * INTER, begin, end);
   int parity = 0;
-  for (int base = begin; base < end; base += W::G, parity ^= 1) {
+  for (int base = begin, count = 0; base < end; base += count, parity ^= 1) {
+    // This batch: up to G items of one token (they share the activation chunks).
+    const int token = base / (TOPK * INTER);
+    count = min(W::G, min(end, (token + 1) * TOPK * INTER) - base);
     const unsigned char* row[W::G][R];
     const float* row_scale[W::G][R];  // fp8: the weight rows' block scales (one per 128 k)
-    int token[W::G];
     bool live[W::G];
 #pragma unroll
     for (int g = 0; g < W::G; ++g) {
       const int item = base + g, slot = item / INTER, n = item % INTER;
-      const int e = item < end ? picks.local[slot] : -1;
+      const int e = g < count ? picks.local[slot] : -1;
       live[g] = e >= 0;
-      token[g] = live[g] ? slot / TOPK : 0;
       const int rows[2] = {INTERLEAVED ? 2 * n : n, INTERLEAVED ? 2 * n + 1 : n + INTER};
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -314,35 +316,36 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
       for (int r = 0; r < R; ++r) acc[g][r] = 0.f;
 #pragma unroll
     for (int s0 = 0; s0 < W::STEPS; s0 += W::CH) {
-      uint4 wv[W::G][R][W::CH], xv[W::G][W::CH][X];
+      uint4 wv[W::G][R][W::CH], xv[W::CH][X];
       float sc[W::G][R][W::CH];
 #pragma unroll
-      for (int g = 0; g < W::G; ++g)
+      for (int c = 0; c < W::CH; ++c) {
+        const int p = threadIdx.x + (s0 + c) * kThreads;  // 16-byte chunk of the row
+        const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < HIDDEN / EPC);
+        const int group = p * EPC / kQuantFp8BlockSize;
 #pragma unroll
-        for (int c = 0; c < W::CH; ++c) {
-          const int p = threadIdx.x + (s0 + c) * kThreads;  // 16-byte chunk of the row
-          const bool ok = live[g] && s0 + c < W::STEPS && (!W::RAGGED || p < HIDDEN / EPC);
-          const int group = p * EPC / kQuantFp8BlockSize;
+        for (int h = 0; h < X; ++h)
+          if constexpr (FP8)
+            xv[c][h] = in_row ? reinterpret_cast<const uint4*>(xq + token * HIDDEN + p * EPC)[h] : make_uint4(0, 0, 0, 0);
+          else
+            xv[c][h] = in_row ? __ldg(reinterpret_cast<const uint4*>(x + token * a.ldx) + p) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-          for (int h = 0; h < X; ++h)
-            if constexpr (FP8)
-              xv[g][c][h] = ok ? reinterpret_cast<const uint4*>(xq + token[g] * HIDDEN + p * EPC)[h] : make_uint4(0, 0, 0, 0);
-            else
-              xv[g][c][h] = ok ? __ldg(reinterpret_cast<const uint4*>(x + token[g] * a.ldx) + p) : make_uint4(0, 0, 0, 0);
+        for (int g = 0; g < W::G; ++g)
 #pragma unroll
           for (int r = 0; r < R; ++r) {
+            const bool ok = live[g] && in_row;
             wv[g][r][c] = ok ? load_stream(row[g][r] + p * 16) : make_uint4(0, 0, 0, 0);
-            if constexpr (FP8) sc[g][r][c] = ok ? row_scale[g][r][group] * xs[token[g] * GROUPS + group] : 0.f;
+            if constexpr (FP8) sc[g][r][c] = ok ? row_scale[g][r][group] * xs[token * GROUPS + group] : 0.f;
           }
-        }
+      }
 #pragma unroll
       for (int g = 0; g < W::G; ++g)
 #pragma unroll
         for (int c = 0; c < W::CH; ++c)
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            if constexpr (FP8) acc[g][r] = fmaf(dot16_e4m3(wv[g][r][c], xv[g][c][0], xv[g][c][X - 1]), sc[g][r][c], acc[g][r]);
-            else acc[g][r] = dot8<DTYPE>(wv[g][r][c], xv[g][c][0], acc[g][r]);
+            if constexpr (FP8) acc[g][r] = fmaf(dot16_e4m3(wv[g][r][c], xv[c][0], xv[c][X - 1]), sc[g][r][c], acc[g][r]);
+            else acc[g][r] = dot8<DTYPE>(wv[g][r][c], xv[c][0], acc[g][r]);
           }
     }
 #pragma unroll
@@ -352,7 +355,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
     __syncthreads();
     // Thread g finishes item base + g: router weight (on input), bias, activation.
     const int item = base + threadIdx.x, slot = item / INTER, n = item % INTER;
-    if (threadIdx.x < W::G && item < end && picks.local[slot] >= 0) {
+    if (static_cast<int>(threadIdx.x) < count && picks.local[slot] >= 0) {
       const int e = picks.local[slot];
       const float w = a.weight_on_input ? picks.weight[slot] : 1.f;
       float v = cta_total(red[parity], threadIdx.x * R) * w;
@@ -383,7 +386,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv2_kernel(
   constexpr int GROUPS = (INTER + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
   constexpr int VEC = TOPK * INTER / EPC;  // 16-byte chunks of a token's intermediate rows
   constexpr int X = FP8 ? 2 : 1;
-  using W = Walk<VEC, 1, X>;
+  // Six steps and more of one item in flight spilled at 80 registers (gpt-oss-120b): 5 per chunk.
+  using W = Walk<VEC, 1, X, ((VEC + kThreads - 1) / kThreads >= 6 ? 10 : kChunks)>;
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G];
   extern __shared__ uint4 dynamic_smem[];  // fp8: intermediate quantized, as f16 [tokens * TOPK][INTER], then scales
@@ -402,54 +406,60 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv2_kernel(
   int begin, end;
   cta_items(static_cast<long long>(a.num_tokens) * HIDDEN, begin, end);
   int parity = 0;
-  for (int base = begin; base < end; base += W::G, parity ^= 1) {
+  for (int base = begin, count = 0; base < end; base += count, parity ^= 1) {
+    // This batch: up to G output columns of one token (they share the intermediate chunks).
+    const int t = base / HIDDEN;
+    count = min(W::G, min(end, (t + 1) * HIDDEN) - base);
     float acc[W::G];
 #pragma unroll
     for (int g = 0; g < W::G; ++g) acc[g] = 0.f;
 #pragma unroll
     for (int s0 = 0; s0 < W::STEPS; s0 += W::CH) {
-      uint4 wv[W::G][W::CH], iv[W::G][W::CH][X];
+      uint4 wv[W::G][W::CH], iv[W::CH][X];
       float scale[W::G][W::CH];
 #pragma unroll
-      for (int g = 0; g < W::G; ++g)
+      for (int c = 0; c < W::CH; ++c) {
+        const int p = threadIdx.x + (s0 + c) * kThreads;
+        const int k = p * EPC / INTER, off = p * EPC - k * INTER;  // slot of the chunk, column in its row
+        const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < VEC);
+        const int e = in_row ? picks.local[t * TOPK + k] : -1;  // a dropped slot's rows are not read
+        const float w = e >= 0 && !a.weight_on_input ? picks.weight[t * TOPK + k] : 1.f;
+        const int group = off / kQuantFp8BlockSize;
 #pragma unroll
-        for (int c = 0; c < W::CH; ++c) {
-          const int item = base + g, t = item / HIDDEN, col = item % HIDDEN;
-          const int p = threadIdx.x + (s0 + c) * kThreads;
-          const int k = p * EPC / INTER, off = p * EPC - k * INTER;  // slot of the chunk, column in its row
-          const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < VEC);
-          const int e = in_row && item < end ? picks.local[t * TOPK + k] : -1;
-          scale[g][c] = e >= 0 && !a.weight_on_input ? picks.weight[t * TOPK + k] : 1.f;
-          wv[g][c] = e >= 0 ? load_stream(w2 + e * a.w2_expert_stride + col * a.ldw2 + off * (FP8 ? 1 : 2))
-                            : make_uint4(0, 0, 0, 0);
-          if constexpr (FP8) {
-            const int group = off / kQuantFp8BlockSize;
+        for (int h = 0; h < X; ++h)
+          if constexpr (FP8)
+            iv[c][h] = e >= 0 ? reinterpret_cast<const uint4*>(iq + static_cast<long long>(t) * TOPK * INTER + p * EPC)[h]
+                              : make_uint4(0, 0, 0, 0);
+          else
+            iv[c][h] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
+                              : make_uint4(0, 0, 0, 0);
+        const float act_scale = FP8 && e >= 0 ? is[(t * TOPK + k) * GROUPS + group] : 1.f;
 #pragma unroll
-            for (int h = 0; h < X; ++h)
-              iv[g][c][h] = e >= 0 ? reinterpret_cast<const uint4*>(iq + static_cast<long long>(t) * TOPK * INTER + p * EPC)[h]
-                                   : make_uint4(0, 0, 0, 0);
-            if (e >= 0)
+        for (int g = 0; g < W::G; ++g) {
+          const int col = (base + g) % HIDDEN;
+          const bool ok = e >= 0 && g < count;
+          wv[g][c] = ok ? load_stream(w2 + e * a.w2_expert_stride + col * a.ldw2 + off * (FP8 ? 1 : 2)) : make_uint4(0, 0, 0, 0);
+          scale[g][c] = w;
+          if constexpr (FP8)
+            if (ok)
               scale[g][c] *= a.w2_scale[e * a.w2_scale_expert_stride + (col / kQuantFp8BlockSize) * a.w2_scale_row_stride +
                                         group] *
-                             is[(t * TOPK + k) * GROUPS + group];
-          } else {
-            iv[g][c][0] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
-                                 : make_uint4(0, 0, 0, 0);
-          }
+                             act_scale;
         }
+      }
 #pragma unroll
       for (int g = 0; g < W::G; ++g)
 #pragma unroll
         for (int c = 0; c < W::CH; ++c) {
-          if constexpr (FP8) acc[g] = fmaf(scale[g][c], dot16_e4m3(wv[g][c], iv[g][c][0], iv[g][c][X - 1]), acc[g]);
-          else acc[g] = fmaf(scale[g][c], dot8<DTYPE>(wv[g][c], iv[g][c][0], 0.f), acc[g]);
+          if constexpr (FP8) acc[g] = fmaf(scale[g][c], dot16_e4m3(wv[g][c], iv[c][0], iv[c][X - 1]), acc[g]);
+          else acc[g] = fmaf(scale[g][c], dot8<DTYPE>(wv[g][c], iv[c][0], 0.f), acc[g]);
         }
     }
 #pragma unroll
     for (int g = 0; g < W::G; ++g) to_shared(red[parity], g, acc[g]);
     __syncthreads();
-    const int item = base + threadIdx.x, t = item / HIDDEN, col = item % HIDDEN;
-    if (threadIdx.x < W::G && item < end) {
+    const int item = base + threadIdx.x, col = item % HIDDEN;
+    if (static_cast<int>(threadIdx.x) < count) {
       float v = cta_total(red[parity], threadIdx.x);
       if (a.b2) {  // sum of w_k * b2[e_k][col] (w_k = 1 when the weight went on the input)
 #pragma unroll
