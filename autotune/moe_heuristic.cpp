@@ -137,7 +137,10 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // us, DeepSeek-V3 TP8 36.8 -> 29.6, DeepSeek-V2-Lite 38.4 -> 33.4, gpt-oss-120b 64.8 -> 56.7,
   // Mixtral-8x7B 185 -> 166; faster up to M = 4 (Mixtral: M = 2), slower where slots share
   // experts (Mixtral M = 4: 442 -> 522 us; Qwen3, DeepSeek-V2-Lite M = 8).
-  if (decode_gemv && swap_ab && num_tokens >= 1 && num_tokens <= kGemvHeuristicMaxTokens &&
+  // fp8_block (DeepSeek-V3 TP8): 31.8 -> 30.2 us at M = 1, 51.7 -> 48.6 at M = 2, but 72.6 -> 88 at
+  // M = 4 against the swap-AB e4m3 kernels: its products cost more instructions per byte.
+  const int most = spec.quant == kQuantFp8Block ? kGemvHeuristicMaxTokensFp8 : kGemvHeuristicMaxTokens;
+  if (decode_gemv && swap_ab && num_tokens >= 1 && num_tokens <= most &&
       2LL * num_tokens * spec.top_k <= spec.local_experts() && decode_gemv_supported(spec, arch) &&
       num_tokens <= decode_gemv_max_tokens(spec))
     return decode_gemv_config();

@@ -82,6 +82,7 @@ constexpr int kMoeMaxSplitK = 8;
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab = true,
                                     const std::string& arch = "", bool decode_gemv = true);
 constexpr int kGemvHeuristicMaxTokens = 4;
+constexpr int kGemvHeuristicMaxTokensFp8 = 2;
 // A swap-AB tile (GemmTile::swap_ab), and whether the layer can run one for GEMM1 / GEMM2: the fast
 // reduce mode (its sums' order differs from the shared-memory kernel's) and a reduction length made
 // of whole 16-byte chunks of weights.

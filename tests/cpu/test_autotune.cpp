@@ -370,6 +370,8 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   CHECK(decode_gemv_supported(fp8, "sm_90a"));
   CHECK_FALSE(decode_gemv_supported(fp8, "sm_80"));
   CHECK(heuristic_tile_config(fp8, 1, true, "sm_90a").gemv);
+  CHECK(heuristic_tile_config(fp8, kGemvHeuristicMaxTokensFp8, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(fp8, kGemvHeuristicMaxTokensFp8 + 1, true, "sm_90a").gemv);
   CHECK_FALSE(heuristic_tile_config(fp8, 1, true, "sm_80").gemv);
   CHECK(moe_expert_kernel_specs(fp8, decode_gemv_config(), "sm_90a")[0].get_string("quant") == "fp8_block");
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(fp8, decode_gemv_config(), "sm_80"), doctest::Contains("sm_89"), Error);
