@@ -38,15 +38,27 @@ constexpr int kChunks = 12;
 // How one kernel walks its items: VEC 16-byte chunks per item and row, STEPS per thread, G items
 // per batch, CH steps per chunk (R weight rows per item: 2 for gated GEMM1; X activation chunks
 // per weight chunk: 2 for fp8, whose 16 e4m3 weights meet 16 f16 activations).
-template <int VEC, int R, int X = 1, int BUDGET = kChunks>
+template <int VEC, int R, int X = 1, int BUDGET = kChunks, int G_MAX = 8>
 struct Walk {
   static constexpr int STEPS = (VEC + kThreads - 1) / kThreads;
   static constexpr bool WHOLE = (R + X) * STEPS <= BUDGET;  // every step of a batch in one chunk
   static constexpr int G_FIT = WHOLE ? (BUDGET - X * STEPS) / (R * STEPS) : 1;
-  static constexpr int G = G_FIT < 8 ? G_FIT : 8;
+  static constexpr int G = G_FIT < G_MAX ? G_FIT : G_MAX;
   static constexpr int CH = WHOLE ? STEPS : BUDGET / (R + X);
   static constexpr bool RAGGED = VEC % kThreads != 0;  // the last step leaves some threads idle
 };
+
+// gemv2's item (a token's TOPK intermediate rows) in one chunk of kChunks loads but not of 10: two
+// CTAs per SM with the whole item in flight (gpt-oss-120b M = 1 on an H200: 60.6 -> 58.1 us); else
+// three, and items of six steps or more take chunks of 10 loads (at 80 registers 12 spilled).
+__host__ __device__ constexpr int gemv2_steps(int vec) { return (vec + kThreads - 1) / kThreads; }
+__host__ __device__ constexpr bool gemv2_wide(int vec, int x) {
+  return (1 + x) * gemv2_steps(vec) <= kChunks && (1 + x) * gemv2_steps(vec) > 10;
+}
+__host__ __device__ constexpr int gemv2_min_ctas(int vec, int x) { return gemv2_wide(vec, x) ? 2 : 3; }
+__host__ __device__ constexpr int gemv2_budget(int vec, int x) {
+  return gemv2_wide(vec, x) || gemv2_steps(vec) < 6 ? kChunks : 10;
+}
 
 __device__ inline uint4 load_stream(const void* p) {  // weights: read once, keep them out of L1
   uint4 v;
@@ -269,7 +281,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   constexpr int EPC = FP8 ? 16 : 8;  // elements per 16-byte chunk
   constexpr int GROUPS = (HIDDEN + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
   constexpr int X = FP8 ? 2 : 1;  // activation chunks (16 bytes) per weight chunk
-  using W = Walk<HIDDEN / EPC, R, X>;
+  // At most 4 items per batch: 5 ran Qwen3 / DeepSeek-V2-Lite M = 1 (K = 2048) 6% slower (H200).
+  using W = Walk<HIDDEN / EPC, R, X, kChunks, 4>;
   static_assert(HIDDEN % EPC == 0 && INTER % EPC == 0, "whole 16-byte chunks");
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G * R];
@@ -379,15 +392,16 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
 
 template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
           int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
-__global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
+__global__ void __launch_bounds__(kMoeDecodeThreads,
+                                      moe_decode_detail::gemv2_min_ctas(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8),
+                                                                        QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
   constexpr bool FP8 = QUANT == kQuantFp8Block;
   constexpr int EPC = FP8 ? 16 : 8;
   constexpr int GROUPS = (INTER + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
   constexpr int VEC = TOPK * INTER / EPC;  // 16-byte chunks of a token's intermediate rows
   constexpr int X = FP8 ? 2 : 1;
-  // Six steps and more of one item in flight spilled at 80 registers (gpt-oss-120b): 5 per chunk.
-  using W = Walk<VEC, 1, X, ((VEC + kThreads - 1) / kThreads >= 6 ? 10 : kChunks)>;
+  using W = Walk<VEC, 1, X, gemv2_budget(VEC, X)>;
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G];
   extern __shared__ uint4 dynamic_smem[];  // fp8: intermediate quantized, as f16 [tokens * TOPK][INTER], then scales
