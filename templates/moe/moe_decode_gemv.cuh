@@ -16,7 +16,8 @@
 // shape (not by the batch), but differs from the GEMM kernels': fast reduce mode only.
 // QUANT: 16-bit weights (8 per 16-byte chunk), or fp8_block w8a8 (16 e4m3 per chunk): each CTA
 // quantizes its activations into shared memory as moe_act_quant does (per token per 128 columns)
-// and scales each chunk's exact-product sum by weight block scale x activation group scale.
+// and scales each chunk's product sum (products exact in f16, pairs added in f16, then fp32) by
+// weight block scale x activation group scale.
 #pragma once
 
 #include "common/dependent_launch.cuh"
@@ -49,7 +50,7 @@ struct Walk {
 };
 
 // gemv2's item (a token's TOPK intermediate rows) in one chunk of kChunks loads but not of 10: two
-// CTAs per SM with the whole item in flight (gpt-oss-120b M = 1 on an H200: 60.6 -> 58.1 us); else
+// CTAs per SM with the whole item in flight (gpt-oss-120b M = 1 on an H200: 60.1 -> 57.4 us); else
 // three, and items of six steps or more take chunks of 10 loads (at 80 registers 12 spilled).
 __host__ __device__ constexpr int gemv2_steps(int vec) { return (vec + kThreads - 1) / kThreads; }
 __host__ __device__ constexpr bool gemv2_wide(int vec, int x) {
