@@ -141,8 +141,8 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // M = 4 against the swap-AB e4m3 kernels: its products cost more instructions per byte.
   const int most = spec.quant == kQuantFp8Block ? kGemvHeuristicMaxTokensFp8 : kGemvHeuristicMaxTokens;
   if (decode_gemv && swap_ab && num_tokens >= 1 && num_tokens <= most &&
-      2LL * num_tokens * spec.top_k <= spec.local_experts() && decode_gemv_supported(spec, arch) &&
-      num_tokens <= decode_gemv_max_tokens(spec))
+      2LL * num_tokens * spec.top_k <= spec.local_experts() && num_tokens <= decode_gemv_max_tokens(spec) &&
+      decode_gemv_supported(spec, arch))
     return decode_gemv_config();
   // GEMM1 with a gated activation carries gate and up accumulators: half the columns per tile.
   const bool gemm1_gated = spec.fused && activation_is_gated(spec.activation);

@@ -153,8 +153,8 @@ const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m
   const double target = std::log2(std::max(m, 1));
   const TunedEntry* best = nullptr;
   for (const auto& e : ascending)
-    if (usable && !usable(e.config)) continue;
-    else if (!best || std::abs(std::log2(e.m) - target) < std::abs(std::log2(best->m) - target)) best = &e;
+    if ((!usable || usable(e.config)) &&
+        (!best || std::abs(std::log2(e.m) - target) < std::abs(std::log2(best->m) - target))) best = &e;
   return best;
 }
 

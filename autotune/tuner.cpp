@@ -215,7 +215,9 @@ std::vector<TuneResult> MoeTuner::run() {
     r.m = m;
     r.heuristic = heuristic_tile_config(spec_, m, true, arch);
     r.floor_us = floor_us(m);
-    MoeTileConfig best = r.heuristic;
+    // The grouped-GEMM search starts from the heuristic's tiles (the decode GEMV is timed last).
+    const MoeTileConfig grouped = r.heuristic.gemv ? heuristic_tile_config(spec_, m, true, arch, false) : r.heuristic;
+    MoeTileConfig best = grouped;
     double best_us = -1;
     // Times a list of candidates (compiling ahead in the background), keeps the fastest.
     auto try_all = [&](const std::vector<MoeTileConfig>& candidates, const char* stage) {
@@ -252,9 +254,6 @@ std::vector<TuneResult> MoeTuner::run() {
           options_.progress(done, std::max(total, done), elapsed(), fmt::format("M={} {} {}", m, stage, candidates[i].describe()));
       }
     };
-    // The grouped-GEMM search starts from the heuristic's tiles (the decode GEMV is timed last).
-    const MoeTileConfig grouped = r.heuristic.gemv ? heuristic_tile_config(spec_, m, true, arch, false) : r.heuristic;
-    best = grouped;
     std::vector<MoeTileConfig> by_block_m = {grouped};
     for (int bm : candidate_block_ms(spec_, m, arch)) {
       const MoeTileConfig c = heuristic_config_for_block_m(spec_, bm, arch);

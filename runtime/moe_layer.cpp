@@ -77,9 +77,9 @@ MoeLayer::~MoeLayer() = default;
 MoeTileConfig MoeLayer::tile_config(int num_tokens) const {
   std::lock_guard<std::mutex> lock(tuned_mutex_);
   // A decode GEMV bucket serves batches up to its token limit only; beyond, the nearest other bucket.
-  const TunedEntry* nearest = nearest_bucket(tuned_, num_tokens, [&](const MoeTileConfig& c) {
-    return !c.gemv || num_tokens <= decode_gemv_max_tokens(spec_);
-  });
+  const bool gemv_runs = num_tokens <= decode_gemv_max_tokens(spec_);
+  const TunedEntry* nearest =
+      nearest_bucket(tuned_, num_tokens, [gemv_runs](const MoeTileConfig& c) { return gemv_runs || !c.gemv; });
   return nearest ? nearest->config : heuristic_tile_config(spec_, num_tokens, true, runtime_.device_arch());
 }
 

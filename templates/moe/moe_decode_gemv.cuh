@@ -23,6 +23,7 @@
 #include "common/dependent_launch.cuh"
 #include "common/mma_sm80.cuh"
 #include "moe/activations.cuh"
+#include "moe/moe_act_quant.cuh"
 #include "moe/moe_decode_args.cuh"
 #include "routing/routing_sort_args.cuh"
 #include "routing/routing_topk.cuh"
@@ -139,26 +140,18 @@ __device__ inline void quantize_rows(const unsigned short* in, long long ld, int
     for (int u = 0; u < kBatch; ++u) {
       const int item = first + u * kWarps, row = item / groups, c = (item % groups) * kGroup + lane * 4;
       v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0.f;
-      if (item < rows * groups && c < cols) {
-        const uint2 w = *reinterpret_cast<const uint2*>(in + row * ld + c);
-        v[u][0] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.x & 0xffffu));
-        v[u][1] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.x >> 16));
-        v[u][2] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.y & 0xffffu));
-        v[u][3] = sm80::to_float<DTYPE>(static_cast<unsigned short>(w.y >> 16));
-      }
+      if (item < rows * groups && c < cols) act_quant::load4<DTYPE>(in + row * ld + c, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int item = first + u * kWarps, row = item / groups, c = (item % groups) * kGroup + lane * 4;
       if (item >= rows * groups) break;  // uniform across the warp
-      float amax = fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])), fmaxf(fabsf(v[u][2]), fabsf(v[u][3])));
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-      const float scale = fmaxf(amax, 1e-10f) / kFp8E4m3Max;
+      const float scale = act_quant::warp_group_scale(
+          fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])), fmaxf(fabsf(v[u][2]), fabsf(v[u][3]))));
       if (lane == 0) s[row * groups + item % groups] = scale * kFp8ProductScale;
       if (c < cols) {
-        unsigned codes[2] = {sm80::pack2_e4m3(v[u][0] / scale, v[u][1] / scale),
-                             sm80::pack2_e4m3(v[u][2] / scale, v[u][3] / scale)};
+        const unsigned packed = act_quant::pack4(v[u], scale);
+        const unsigned codes[2] = {packed & 0xffffu, packed >> 16};
         uint2 out;
         unsigned* o = &out.x;
 #pragma unroll
