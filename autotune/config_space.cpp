@@ -36,6 +36,14 @@ std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens, const s
   return out;
 }
 
+std::vector<int> candidate_walk_rows(int sm_count) {
+  std::vector<int> out = {4, 16, 32};
+  for (int d = 9; d <= 24; ++d)
+    if (sm_count > 0 && sm_count % d == 0 && std::find(out.begin(), out.end(), d) == out.end()) out.push_back(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, const std::string& arch) {
   if (block_m < 16) {  // the swap-AB kernel's alone
     MoeTileConfig c;

@@ -27,6 +27,11 @@ std::vector<int> candidate_block_ms(const MoeSpec& spec, int num_tokens, const s
 // Valid tiles for GEMM1 (gemm1 = true) or GEMM2 of the layer at block_m, best-guess first.
 std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gemm1, const DeviceLimits& limits);
 
+// Rows per column sweep worth timing for a wgmma tile's grouped walk (GemmTile::walk_rows) on a
+// device of sm_count SMs, the default (0) aside: 4, 16, 32, and the divisors of sm_count in
+// (8, 24] (a group that divides the persistent grid keeps each CTA's partners over the walk).
+std::vector<int> candidate_walk_rows(int sm_count);
+
 // The heuristic's tiles for a given block_m (the tuner's starting point for that block_m).
 MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, const std::string& arch = "");
 

@@ -34,6 +34,10 @@ struct GemmTile {
   // Faster where the epilogue weighs (GEMM2s of short reductions: DeepSeek-V3 TP8 M = 8192 on an
   // H200, 2.71 -> 2.26 ms), slower on 64-row tiles; the tuner picks.
   bool staged = false;
+  // walk_rows (wgmma tiles only): row tiles per column sweep of the kernel's grouped walk
+  // (MoeGemmArgs::walk_rows, moe_tile_walk.cuh), 1 .. kMoeMaxWalkGroupRows; 0 = the default
+  // (kMoeWalkGroupRows). A launch argument: every value runs the same compiled kernel.
+  int walk_rows = 0;
   bool operator==(const GemmTile&) const = default;
 };
 

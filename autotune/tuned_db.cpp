@@ -47,9 +47,10 @@ nlohmann::json tile_to_json(const GemmTile& t) {
                                                 {"warps_n", t.warps_n}, {"stages", t.stages}};
   if (t.split_k) j["split_k"] = t.split_k;  // absent = 0 (chosen at launch)
   if (t.staged) j["staged"] = true;          // absent = false
+  if (t.walk_rows) j["walk_rows"] = t.walk_rows;  // absent = 0 (the default walk)
   return j;
 }
-GemmTile tile_from_json(const nlohmann::json& j) {
+GemmTile tile_kind_from_json(const nlohmann::json& j) {
   if (j.value("wgmma", false))
     return wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
                       j.value("persistent", false), j.value("staged", false));
@@ -63,6 +64,13 @@ GemmTile tile_from_json(const nlohmann::json& j) {
   t.warps_n = j.at("warps_n").get<int>();
   t.stages = j.at("stages").get<int>();
   t.split_k = j.value("split_k", 0);
+  return t;
+}
+GemmTile tile_from_json(const nlohmann::json& j) {
+  GemmTile t = tile_kind_from_json(j);
+  // Read on every kind of tile: the config's check (moe_expert_kernel_specs, when a layer takes it)
+  // refuses it on the kernels that do not walk.
+  t.walk_rows = j.value("walk_rows", 0);
   return t;
 }
 }  // namespace

@@ -208,6 +208,8 @@ std::vector<TuneResult> MoeTuner::run() {
   }
   const bool sum_choice = spec_.fused && spec_.reduce == ReduceMode::Fast;
   if (sum_choice) total += static_cast<int>(options_.batches.size());
+  const std::vector<int> walk_rows = candidate_walk_rows(info.sm_count);
+  const bool walk_choice = wgmma_supported(spec_, arch);
   int done = 0;
   std::vector<TuneResult> results;
   for (int m : options_.batches) {
@@ -277,6 +279,21 @@ std::vector<TuneResult> MoeTuner::run() {
       other.topk_sum = moe_gemm2_stores_rows16(spec_, best, m) ? TopkSum::Atomic : TopkSum::Rows;
       if (config_fits(spec_, other, limits)) try_all({other}, "topk_sum");  // (a staged tile may be rows-only)
     }
+    // The wgmma kernels' grouped walk (rows per column sweep), per GEMM, where the batch gives the
+    // experts whole row tiles: a launch argument, so these time without compiling.
+    const long long rows_per_expert = (static_cast<long long>(m) * spec_.top_k + spec_.local_experts() - 1) /
+                                      spec_.local_experts();
+    if (walk_choice && rows_per_expert >= best.block_m)
+      for (bool gemm1 : {true, false}) {
+        if (!(gemm1 ? best.gemm1 : best.gemm2).wgmma) continue;
+        std::vector<MoeTileConfig> walks;
+        for (int rows : walk_rows) {
+          MoeTileConfig c = best;
+          (gemm1 ? c.gemm1 : c.gemm2).walk_rows = rows;
+          walks.push_back(c);
+        }
+        try_all(walks, gemm1 ? "gemm1 walk" : "gemm2 walk");
+      }
     // The decode GEMV pair against the best grouped-GEMM config (few tokens: it has no tiles to tune).
     if (decode_gemv_supported(spec_, arch) && m <= decode_gemv_max_tokens(spec_)) try_all({decode_gemv_config()}, "gemv");
     if (best_us < 0) throw Error(Phase::Tune, fmt::format("tune: no config ran for M={} (see the warnings)", m));

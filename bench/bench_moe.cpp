@@ -69,6 +69,9 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
         config.gemm1 = config.gemm2 = *ctx.swap_ab;
         config.gemv = false;
       }
+      if (ctx.walk_rows)
+        for (GemmTile* t : {&config.gemm1, &config.gemm2})
+          if (t->wgmma) t->walk_rows = *ctx.walk_rows;
       auto forward = [&](const MoeForwardArgs& a) { layer.forward_with_config(ctx.stream, a, config); };
       auto args = [&](int set) {
         MoeDevicePointers p;

@@ -31,6 +31,9 @@ struct Context {
   // --swap-ab WNxWKxS: decode batches (<= 32 rows per expert) run both GEMMs on these swap-AB tiles
   // instead of the layer's own choice (A/B against the tuned or heuristic configs).
   std::optional<GemmTile> swap_ab;
+  // --walk-rows N: the wgmma tiles of every batch walk N row tiles per column sweep (0: the default
+  // walk) instead of the config's own (A/B of GemmTile::walk_rows).
+  std::optional<int> walk_rows;
 };
 
 void bench_routing(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& shapes, nlohmann::json& results);

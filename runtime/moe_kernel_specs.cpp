@@ -8,6 +8,7 @@
 #include "runtime/moe_layer.h"
 #include "runtime/routing_sort_launcher.h"
 #include "templates/moe/moe_gemm_args.cuh"
+#include "templates/moe/moe_tile_walk.cuh"
 
 namespace moejit {
 
@@ -112,6 +113,12 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                    c.describe());
     MOEJIT_REQUIRE(!t.staged || t.persistent, "moe: tile config {}: only persistent wgmma tiles have a staged epilogue",
                    c.describe());
+    MOEJIT_REQUIRE(t.walk_rows == 0 || t.wgmma,
+                   "moe: tile config {}: only wgmma tiles walk their tiles in groups (walk_rows = {} on {})", c.describe(),
+                   t.walk_rows, role);
+    MOEJIT_REQUIRE(t.walk_rows >= 0 && t.walk_rows <= kMoeMaxWalkGroupRows,
+                   "moe: tile config {}: {} walk_rows = {} must be in [0, {}] (0: the default, {})", c.describe(), role,
+                   t.walk_rows, kMoeMaxWalkGroupRows, kMoeWalkGroupRows);
     if (t.wgmma) {
       MOEJIT_REQUIRE(wgmma_supported(spec, arch),
                      "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit or fp8 "

@@ -456,6 +456,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.weight_on_output = spec_.router_weight_on_input ? 0 : 1;
   g.alpha = spec_.swiglu_alpha;
   g.limit = spec_.swiglu_limit;
+  g.walk_rows = config.gemm1.walk_rows;
   if (splits1 > 1) {
     g.k_tiles_per_split = tiles_per_split(k_tiles1, splits1);
     g.split_partial = reinterpret_cast<float*>(w.split_partial);
@@ -513,6 +514,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.split_partial = nullptr;
   g.split_counters = nullptr;
   g.k_tiles_per_split = tiles_per_split(k_tiles2, splits2);
+  g.walk_rows = config.gemm2.walk_rows;
   const auto [g2x, g2y] = gemm_grid(k.gemm2_persistent, gx2, wave2, splits2);
   k.gemm2->launch(stream, {g2x, g2y, unsigned(splits2), k.gemm2_threads, 1, 1, k.gemm2_smem, overlap},
                   g);

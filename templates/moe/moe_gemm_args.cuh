@@ -65,6 +65,9 @@ struct MoeGemmArgs {
   float* split_partial;
   int* split_counters;
   long long split_stride;  // floats between splits of split_partial
+  // The wgmma kernels' grouped walk (moe_tile_walk.cuh): row tiles per column sweep; 0 = the
+  // default (kMoeWalkGroupRows). The other kernels take one tile per CTA in grid order.
+  int walk_rows;
   // The persistent wgmma kernel reading tiles by bulk tensor copies (moe_wgmma_b_by_tma,
   // moe_wgmma_a_by_tma): CUtensorMaps of the weights as bytes, dims (inner bytes, rows, E_local),
   // box (128 bytes, BLOCK_N rows; interleaved gate / up: 2 BLOCK_N rows, every second one), and of

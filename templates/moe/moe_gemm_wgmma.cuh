@@ -14,7 +14,7 @@
 // tensor copies instead (MoeGemmArgs::b_tensor_map / a_tensor_map; the copy engine's 128-byte
 // swizzle is the same chunk pattern).
 //
-// Tiles are walked in groups of kMoeWalkGroupRows row tiles per column sweep, so the CTAs resident
+// Tiles are walked in groups of MoeGemmArgs::walk_rows row tiles per column sweep, so the CTAs resident
 // at once share each expert's weight columns through L2 instead of streaming all of an expert's
 // weights once per row tile (moe_tile_walk.cuh).
 #pragma once
@@ -32,9 +32,12 @@ namespace moe_wgmma_detail {
 
 constexpr int kRowBytes = 128;  // a k tile row: 64 16-bit elements, the 128-byte swizzle's width
 
-// Work item -> (row tile, first output column) of the grouped walk (moe_tile_walk.cuh).
-__device__ inline void walk_item(int item, int col_tiles, int row_tiles, int block_n, int& tile, int& n0) {
-  const MoeWalkItem w = moe_walk_item(item, col_tiles, row_tiles);
+// Work item -> (row tile, first output column) of the grouped walk (moe_tile_walk.cuh), walk_rows
+// row tiles per column sweep (0: the default).
+__device__ inline void walk_item(const MoeGemmArgs& args, int item, int col_tiles, int row_tiles, int block_n, int& tile,
+                                 int& n0) {
+  const MoeWalkItem w =
+      moe_walk_item(item, col_tiles, row_tiles, args.walk_rows > 0 ? args.walk_rows : kMoeWalkGroupRows);
   tile = w.tile;
   n0 = w.col_tile * block_n;
 }
@@ -231,7 +234,7 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   constexpr int THREADS = T::CONSUMER_THREADS;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wg = warp / 4;
   int tile, n0;
-  walk_item(blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, BLOCK_N, tile, n0);
+  walk_item(args, blockIdx.y * gridDim.x + blockIdx.x, gridDim.x, gridDim.y, BLOCK_N, tile, n0);
   if (tile >= args.totals[2]) return;
   const int expert = args.tile_expert[tile];
   const int row0 = tile * BLOCK_M;
@@ -368,7 +371,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       if (tid == 0)
         for (int item = blockIdx.x; item < items; item += gridDim.x) {
           int tile, n0;
-          walk_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+          walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
           const int expert = args.tile_expert[tile];
           for (int i = 0; i < local_tiles; ++i, ++it) {
             const int slot = it % STAGES;
@@ -383,7 +386,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, true> loader;  // A rows only
       for (int item = blockIdx.x; item < items; item += gridDim.x) {
         int tile, n0;
-        walk_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+        walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
         const int expert = args.tile_expert[tile];
         loader.init(args, tile * BLOCK_M, n0, expert, tid);
         for (int i = 0; i < local_tiles; ++i, ++it) {
@@ -421,7 +424,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     auto fetch_slot = [&](int item, int& expert) {
       if (item >= items) return -1;
       int tile, n0;
-      walk_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+      walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
       expert = args.tile_expert[tile];
       return ctid < BLOCK_M ? args.gather_index[tile * BLOCK_M + ctid] : -1;
     };
@@ -433,7 +436,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     float weight_next = fetch_weight(slot_next);
     for (int item = blockIdx.x; item < items; item += gridDim.x) {
       int tile, n0;
-      walk_item(item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+      walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
       const int expert = expert_next, row0 = tile * BLOCK_M;
       sm90::named_barrier(1, CONSUMERS);  // the previous tile's epilogue is done with the row arrays
       if (ctid < BLOCK_M) {

@@ -14,6 +14,7 @@
 #include "support/test_support.h"
 #include "templates/moe/moe_decode_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
+#include "templates/moe/moe_tile_walk.cuh"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -478,4 +479,43 @@ TEST_CASE("MoeSpec as JSON: round trip, unknown fields rejected") {
                        doctest::Contains("unknown field 'topk'"), Error);
   CHECK_THROWS_WITH_AS(MoeSpec::from_json({{"num_experts", 8}, {"top_k", 2}}), doctest::Contains("'hidden' is required"),
                        Error);
+}
+
+TEST_CASE("autotune: the wgmma walk's rows per sweep: candidates, round trip, describe, refusals") {
+  const MoeSpec q = qwen3();
+  // The default walk (0) aside: 4, 16, 32 and the divisors of the SM count in (8, 24].
+  CHECK(candidate_walk_rows(132) == std::vector<int>{4, 11, 12, 16, 22, 32});
+  CHECK(candidate_walk_rows(114) == std::vector<int>{4, 16, 19, 32});
+  CHECK(candidate_walk_rows(0) == std::vector<int>{4, 16, 32});
+  MoeTileConfig c = heuristic_tile_config(q, 8192, true, "sm_90a");  // (GEMM2: DTYPE rows, staged)
+  REQUIRE((c.gemm1.wgmma && c.gemm2.wgmma && moe_gemm2_stores_rows16(q, c, 8192)));
+  const auto plain_specs = moe_expert_kernel_specs(q, c, "sm_90a", true);
+  c.gemm1.walk_rows = 12;
+  c.gemm2.walk_rows = 33;
+  CHECK(c.describe().find(" walk12]") != std::string::npos);
+  CHECK(c.describe().find(" walk33]") != std::string::npos);
+  // A launch argument: the same kernels compile.
+  CHECK(moe_expert_kernel_specs(q, c, "sm_90a", true) == plain_specs);
+  // JSON: "walk_rows" only where set; entries without it read back with the default walk.
+  CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
+  CHECK(tile_config_to_json(c)["gemm1"]["walk_rows"] == 12);
+  MoeTileConfig plain = c;
+  plain.gemm1.walk_rows = plain.gemm2.walk_rows = 0;
+  CHECK_FALSE(tile_config_to_json(plain)["gemm1"].contains("walk_rows"));
+  CHECK(tile_config_from_json(tile_config_to_json(plain)).gemm1.walk_rows == 0);
+  // Refused before anything compiles: out of range, or on a kernel that takes one tile per CTA.
+  MoeTileConfig odd = c;
+  odd.gemm2.walk_rows = kMoeMaxWalkGroupRows + 1;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a", true), doctest::Contains("walk_rows = 257 must be in [0, 256]"),
+                       Error);
+  odd.gemm2.walk_rows = -1;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a", true), doctest::Contains("must be in"), Error);
+  CHECK_FALSE(config_fits(q, odd, {227 * 1024, "sm_90a"}));
+  MoeTileConfig sm80 = heuristic_tile_config(q, 8192, true, "sm_80");
+  REQUIRE_FALSE(sm80.gemm1.wgmma);
+  nlohmann::json j = tile_config_to_json(sm80);
+  j["gemm1"]["walk_rows"] = 12;  // read from the DB, then refused when a layer takes it
+  sm80 = tile_config_from_json(j);
+  CHECK(sm80.gemm1.walk_rows == 12);
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, sm80, "sm_80"), doctest::Contains("only wgmma tiles walk"), Error);
 }

@@ -267,20 +267,28 @@ TEST_CASE("half floats: round to nearest even, exact round trips") {
 }
 
 TEST_CASE("moe: the wgmma kernels' grouped walk visits each (row tile, column tile) once") {
-  for (int col_tiles : {1, 2, 7, 28, 56})
-    for (int row_tiles : {1, 3, 8, 9, 130}) {
-      std::vector<int> seen(static_cast<std::size_t>(col_tiles) * row_tiles, 0);
-      bool in_range = true;
-      for (int item = 0; item < col_tiles * row_tiles && in_range; ++item) {
-        const MoeWalkItem w = moe_walk_item(item, col_tiles, row_tiles);
-        in_range = w.tile >= 0 && w.tile < row_tiles && w.col_tile >= 0 && w.col_tile < col_tiles;
-        if (in_range) ++seen[static_cast<std::size_t>(w.tile) * col_tiles + w.col_tile];
+  for (int group_rows : {1, 3, kMoeWalkGroupRows, 12, 33, kMoeMaxWalkGroupRows})
+    for (int col_tiles : {1, 2, 7, 28, 56})
+      for (int row_tiles : {1, 3, 8, 9, 130, 640}) {
+        std::vector<int> seen(static_cast<std::size_t>(col_tiles) * row_tiles, 0);
+        bool in_range = true;
+        for (int item = 0; item < col_tiles * row_tiles && in_range; ++item) {
+          const MoeWalkItem w = moe_walk_item(item, col_tiles, row_tiles, group_rows);
+          in_range = w.tile >= 0 && w.tile < row_tiles && w.col_tile >= 0 && w.col_tile < col_tiles;
+          if (in_range) ++seen[static_cast<std::size_t>(w.tile) * col_tiles + w.col_tile];
+        }
+        INFO(fmt::format("group rows {} col tiles {} row tiles {}", group_rows, col_tiles, row_tiles));
+        CHECK(in_range);
+        CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
       }
-      INFO(fmt::format("col tiles {} row tiles {}", col_tiles, row_tiles));
-      CHECK(in_range);
-      CHECK(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
-    }
-  // The first group sweeps 8 row tiles per column tile before the next column tile.
+  // The first group sweeps 8 row tiles (the default) per column tile before the next column tile.
   const MoeWalkItem a = moe_walk_item(0, 56, 130), b = moe_walk_item(1, 56, 130), c = moe_walk_item(8, 56, 130);
   CHECK((a.tile == 0 && a.col_tile == 0 && b.tile == 1 && b.col_tile == 0 && c.tile == 0 && c.col_tile == 1));
+  // 12 rows per sweep on a grid of 132 CTAs: CTA b keeps row b % 12 of its group and the column
+  // partners b - b % 12 .. +11 for every item of the first group (11 columns per wave).
+  for (int cta : {0, 5, 131})
+    for (int wave = 0; wave < 5; ++wave) {
+      const MoeWalkItem w = moe_walk_item(cta + 132 * wave, 112, 20, 12);
+      CHECK((w.tile == cta % 12 && w.col_tile == cta / 12 + 11 * wave));
+    }
 }

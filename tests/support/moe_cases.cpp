@@ -303,18 +303,21 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
         if (variant == 0) {
           c.gemm1 = wgmma_tile(256 / g1, 4);
           c.gemm2 = wgmma_tile(256, 4);
-        } else if (variant == 1) {
+        } else if (variant == 1) {  // (and a grouped walk of 12 rows per column sweep)
           c.gemm1 = wgmma_tile(128 / g1, 3);
           c.gemm2 = wgmma_tile(192, 5);
+          c.gemm1.walk_rows = c.gemm2.walk_rows = 12;
         } else if (variant == 2) {
           c.gemm1 = wgmma_tile(192 / g1, bm == 64 ? 6 : 5);  // 6 slots of 128 x 192 exceed 227 KiB
           c.gemm2 = wgmma_tile(128, 3, spec.fused ? 3 : 1);
         } else if (variant == 3) {  // persistent: producer warpgroup, CTAs walking the tiles
           c.gemm1 = wgmma_tile(256 / g1, 4, 0, true);
           c.gemm2 = wgmma_tile(256, 3, 0, true);
-        } else if (variant == 4) {
+        } else if (variant == 4) {  // (walks of 3 and 1 row tiles per column sweep)
           c.gemm1 = wgmma_tile(128 / g1, 5, 0, true);
           c.gemm2 = wgmma_tile(192, 4, spec.fused ? 3 : 1, true);
+          c.gemm1.walk_rows = 3;
+          c.gemm2.walk_rows = 1;
         } else if (variant == 5) {  // staged epilogues: GEMM1 DTYPE rows, GEMM2 fp32 adds / rows (split too)
           c.gemm1 = wgmma_tile(256 / g1, 3, 0, true, true);
           c.gemm2 = wgmma_tile(128, 3, spec.fused ? 2 : 1, true, true);
@@ -351,6 +354,7 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
         } else {
           c.gemm1 = wgmma_tile((wide ? 256 : 64) / g1, persistent ? 4 : 3, 0, persistent);
           c.gemm2 = wgmma_tile(wide ? 256 : 64, wide ? 3 : 5, 2, persistent);
+          c.gemm1.walk_rows = persistent ? 5 : 0;  // (a grouped walk of 5 rows per sweep)
         }
         out.push_back({spec, c, {40, 300}});
       }
