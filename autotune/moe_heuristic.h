@@ -38,6 +38,11 @@ struct GemmTile {
   // (MoeGemmArgs::walk_rows, moe_tile_walk.cuh), 1 .. kMoeMaxWalkGroupRows; 0 = the default
   // (kMoeWalkGroupRows). A launch argument: every value runs the same compiled kernel.
   int walk_rows = 0;
+  // pingpong (persistent wgmma tiles of block_m 64, unstaged, no per-channel / per-tensor fp8
+  // scales): two consumer warpgroups take alternate tiles, their k loops in turn, so that one's
+  // epilogue runs under the other's wgmmas ("pp"). Not in the tuner's space yet (written in a
+  // session without device time: GPU tests and bench A/B first).
+  bool pingpong = false;
   bool operator==(const GemmTile&) const = default;
 };
 

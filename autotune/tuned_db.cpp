@@ -48,12 +48,16 @@ nlohmann::json tile_to_json(const GemmTile& t) {
   if (t.split_k) j["split_k"] = t.split_k;  // absent = 0 (chosen at launch)
   if (t.staged) j["staged"] = true;          // absent = false
   if (t.walk_rows) j["walk_rows"] = t.walk_rows;  // absent = 0 (the default walk)
+  if (t.pingpong) j["pingpong"] = true;            // absent = false
   return j;
 }
 GemmTile tile_kind_from_json(const nlohmann::json& j) {
-  if (j.value("wgmma", false))
-    return wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
-                      j.value("persistent", false), j.value("staged", false));
+  if (j.value("wgmma", false)) {
+    GemmTile t = wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
+                            j.value("persistent", false), j.value("staged", false));
+    t.pingpong = j.value("pingpong", false);
+    return t;
+  }
   if (j.value("swap_ab", false))
     return swap_ab_tile(j.at("warps_n").get<int>(), j.at("warps_k").get<int>(), j.at("stages").get<int>(),
                         j.value("split_k", 0));

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "bench/bench_sections.h"
+#include "autotune/config_space.h"
 #include "autotune/device_rates.h"
 #include "autotune/timing.h"
 #include "common/half_float.h"
@@ -34,6 +35,7 @@ bool output_complete(const DeviceBuffer& out, std::size_t count, int dtype) {
 
 void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& shapes, nlohmann::json& results) {
   auto& api = rt.driver();
+  const DeviceLimits limits{rt.device().info().max_shared_per_block_optin, rt.device_arch()};
   const std::string title = shapes.empty() || shapes[0].spec.quant == kQuantNone
                                 ? std::string("MoE layer (bf16)")
                                 : fmt::format("MoE layer ({})", quant_name(shapes[0].spec.quant));
@@ -72,6 +74,12 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       if (ctx.walk_rows)
         for (GemmTile* t : {&config.gemm1, &config.gemm2})
           if (t->wgmma) t->walk_rows = *ctx.walk_rows;
+      if (ctx.pingpong)  // where the kernel takes it (its checks decide: config_fits)
+        for (GemmTile* t : {&config.gemm1, &config.gemm2}) {
+          if (!t->persistent) continue;
+          t->pingpong = true;
+          if (!config_fits(s, config, limits)) t->pingpong = false;
+        }
       auto forward = [&](const MoeForwardArgs& a) { layer.forward_with_config(ctx.stream, a, config); };
       auto args = [&](int set) {
         MoeDevicePointers p;

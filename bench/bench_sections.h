@@ -34,6 +34,9 @@ struct Context {
   // --walk-rows N: the wgmma tiles of every batch walk N row tiles per column sweep (0: the default
   // walk) instead of the config's own (A/B of GemmTile::walk_rows).
   std::optional<int> walk_rows;
+  // --pingpong: persistent wgmma tiles that can (GemmTile::pingpong: block_m 64, unstaged) run with
+  // ping-pong consumer groups (A/B against the config's own).
+  bool pingpong = false;
 };
 
 void bench_routing(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& shapes, nlohmann::json& results);

@@ -228,8 +228,14 @@ FamilyInfo moe_gemm_wgmma_family() {
                 "1 (persistent only): the epilogue stages each tile in shared memory of its own beside the ring and "
                 "stores rows by bulk copies; 0: fragment-order stores straight to global memory",
                 0, 0, 1),
+      int_param("pingpong", "PINGPONG",
+                "1 (persistent, block_m 64): two consumer warpgroups take alternate tiles, their k loops in turn, so "
+                "that one's epilogue runs under the other's wgmmas; 0: one consumer warpgroup per 64 rows of a tile",
+                0, 0, 1),
       derived_int("block_k", "", "k per tile: one 128-byte swizzled row (64 16-bit or 128 e4m3 elements)"),
-      derived_int("threads", "", "threads per CTA = 128 per 64 rows (+ 128 producer threads when persistent)"),
+      derived_int("threads", "",
+                  "threads per CTA = 128 per 64 rows (ping-pong: per group's tile) (+ 128 producer threads when "
+                  "persistent)"),
       derived_int("b_tma", "",
                   "1: weight tiles by bulk tensor copies (persistent; the host passes a tensor map in "
                   "MoeGemmArgs::b_tensor_map)"),
@@ -277,13 +283,21 @@ FamilyInfo moe_gemm_wgmma_family() {
                   fmt::format("moe_gemm_wgmma: the staged epilogue's {} x {} tile ({} bytes) does not fit beside {} "
                               "ring slots in {} bytes of shared memory (fewer stages or a smaller tile)",
                               bm, bn + 8, bm * (bn + 8) * moe_wgmma_out_bytes(role), stages, kMaxSharedBytes));
+    const bool pingpong = s.get_int("pingpong") != 0;
+    if (pingpong && (!persistent || bm != 64 || staged || quant_scales_in_epilogue(quant)))
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: pingpong = 1 needs the persistent variant, block_m 64, no staged "
+                              "epilogue and no per-channel / per-tensor fp8 scales (persistent {}, block_m {}, "
+                              "staged_epilogue {}, quant {})",
+                              persistent ? 1 : 0, bm, staged ? 1 : 0, s.get_string("quant")));
     const std::int64_t smem = moe_wgmma_smem_bytes(role, int(bm), int(bn), int(stages), gated, staged);
-    if (smem + moe_gemm_static_smem_bytes(int(bm)) > kMaxSharedBytes)
+    const std::int64_t static_smem = moe_gemm_static_smem_bytes(moe_wgmma_rows_held(int(bm), pingpong));
+    if (smem + static_smem > kMaxSharedBytes)
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)",
-                              smem + moe_gemm_static_smem_bytes(int(bm)), kMaxSharedBytes));
+                              smem + static_smem, kMaxSharedBytes));
     s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
-    s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), persistent));
+    s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), persistent, pingpong));
     s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(persistent) ? 1 : 0);
     s.params["a_tma"] = std::int64_t(moe_wgmma_a_by_tma(role, persistent) ? 1 : 0);
     s.params["smem_bytes"] = smem;

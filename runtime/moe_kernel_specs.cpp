@@ -36,7 +36,8 @@ RouterConfig moe_layer_router_config(const MoeSpec& spec) {
 
 long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m) {
   if (gemm.family.rfind("moe_gemm", 0) != 0) return 0;
-  return gemm.get_int("smem_bytes") + moe_gemm_static_smem_bytes(block_m);
+  const bool pingpong = gemm.params.count("pingpong") != 0 && gemm.get_int("pingpong") != 0;  // wgmma only
+  return gemm.get_int("smem_bytes") + moe_gemm_static_smem_bytes(moe_wgmma_rows_held(block_m, pingpong));
 }
 
 bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, long long num_tokens) {
@@ -113,6 +114,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                    c.describe());
     MOEJIT_REQUIRE(!t.staged || t.persistent, "moe: tile config {}: only persistent wgmma tiles have a staged epilogue",
                    c.describe());
+    MOEJIT_REQUIRE(!t.pingpong || t.persistent, "moe: tile config {}: only persistent wgmma tiles have ping-pong groups",
+                   c.describe());
     MOEJIT_REQUIRE(t.walk_rows == 0 || t.wgmma,
                    "moe: tile config {}: only wgmma tiles walk their tiles in groups (walk_rows = {} on {})", c.describe(),
                    t.walk_rows, role);
@@ -131,7 +134,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
       return make("moe_gemm_wgmma", {{"block_n", std::int64_t(t.block_n)},
                                      {"stages", std::int64_t(t.stages)},
                                      {"persistent", std::int64_t(t.persistent ? 1 : 0)},
-                                     {"staged_epilogue", std::int64_t(t.staged ? 1 : 0)}});
+                                     {"staged_epilogue", std::int64_t(t.staged ? 1 : 0)},
+                                     {"pingpong", std::int64_t(t.pingpong ? 1 : 0)}});
     }
     if (t.swap_ab) {
       MOEJIT_REQUIRE(swap_ab_supported(spec, gemm1),

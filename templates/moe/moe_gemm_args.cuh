@@ -150,9 +150,15 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int 
 // atoms, the persistent variant's full / empty barrier per slot, and per-weight-row scales (fp8
 // per channel / tensor, up to 256 rows).
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_block_k(int quant) { return 128 / quant_activation_bytes(quant); }
-// Threads per CTA: 128 per 64 rows, plus the producer warpgroup of the persistent variant.
-MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent) {
-  return (block_m / 64 + (persistent ? 1 : 0)) * 128;
+// Ping-pong (PINGPONG, persistent 64-row tiles only): two consumer warpgroups take alternate tiles,
+// each a whole tile, their k loops in turn, so that one's epilogue runs under the other's wgmmas
+// (one consumer warpgroup otherwise leaves the tensor cores idle through every epilogue).
+// Tile rows whose slot / A row / router weight the CTA holds at once: one tile per consumer group.
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_rows_held(int block_m, bool pingpong) { return pingpong ? 2 * block_m : block_m; }
+// Threads per CTA: 128 per 64 rows (per 64-row tile of each ping-pong warpgroup), plus the producer
+// warpgroup of the persistent variant.
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent, bool pingpong = false) {
+  return (moe_wgmma_rows_held(block_m, pingpong) / 64 + (persistent ? 1 : 0)) * 128;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_ring_bytes(int block_m, int block_n, int stages, bool gated) {
   return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024 + stages * 16 + 256 * 4;

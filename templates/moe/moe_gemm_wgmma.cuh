@@ -315,11 +315,19 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
 // work items blockIdx.x, + gridDim.x, ... of the grouped walk; the producer runs up to STAGES k
 // tiles ahead, across row tiles, so the next tile's loads overlap this tile's epilogue and no
 // tile starts with an empty pipeline.
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED>
+// PINGPONG (64-row tiles): two consumer warpgroups ("groups") take the CTA's items in turn, each a
+// whole tile with row arrays of its own; a group starts its k loop once the other has issued the
+// last wgmma of the item before (turn barriers), so the k loops alternate and each group's epilogue
+// runs under the other's wgmmas. The turns also keep a group from waiting on a slot's `full` barrier
+// more than one phase ahead of the producer (its parity would then pass on an older phase).
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED, bool PINGPONG>
 __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* s_a, int kt_begin, int local_tiles,
                                         int* s_slot, int* s_arow, float* s_weight, unsigned long long* bars) {
   using T = Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
-  constexpr int CONSUMERS = T::CONSUMER_THREADS;
+  constexpr int GROUPS = PINGPONG ? 2 : 1;                      // consumer groups on different tiles
+  constexpr int TILE_THREADS = T::CONSUMER_THREADS;             // consumer threads of one tile
+  constexpr int CONSUMERS = GROUPS * TILE_THREADS;
+  static_assert(!PINGPONG || BLOCK_M == 64, "ping-pong groups are one warpgroup each");
   constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
   constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
   // Registers after setmaxnreg (two consumer warpgroups): the producer keeps its rows and their
@@ -345,8 +353,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       // Arrivals per fill: thread 0's expected-bytes arrival for the boxes, plus one (async) per
       // producer thread's A copies when A comes by cp.async.
       sm90::mbar_init(full0 + s * 8, A_TMA ? 1 : 1 + 128);
-      sm90::mbar_init(empty0 + s * 8, CONSUMERS);  // one arrival per consumer thread
+      sm90::mbar_init(empty0 + s * 8, TILE_THREADS);  // one arrival per consumer thread of the tile's group
     }
+    if constexpr (PINGPONG)  // turn0 + 8 g: group g may start its next k loop (the other group's arrivals)
+      for (int g = 0; g < 2; ++g) sm90::mbar_init(sm80::smem_addr(bars) + (2 * STAGES + g) * 8, TILE_THREADS);
     sm90::fence_mbar_init();
   }
   __syncthreads();
@@ -404,51 +414,67 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     sm80::cp_async_wait<0>();
   } else {  // consumer warpgroups
     if constexpr (CONSUMERS == 256) sm90::setmaxnreg_inc<CONSUMER_REGS>();
-    const int ctid = tid - 128, lane = tid & 31, cwarp = ctid >> 5, wg = cwarp / 4;
+    // Group g (ping-pong) takes the CTA's items g, g + 2, ...; its thread gtid, warpgroup wg of
+    // the tile (64 rows each).
+    const int ctid = tid - 128, lane = tid & 31, group = PINGPONG ? ctid / TILE_THREADS : 0;
+    const int gtid = ctid - group * TILE_THREADS, cwarp = gtid >> 5, wg = cwarp / 4;
+    s_slot += group * BLOCK_M;  // this group's row arrays (moe_wgmma_rows_held)
+    s_arow += group * BLOCK_M;
+    s_weight += group * BLOCK_M;
+    const unsigned turn0 = full0 + 2 * STAGES * 8;  // [2] (ping-pong)
     float acc[T::G][1][T::NI][4];
     float* d = &acc[0][0][0][0];
     float part[BLOCK_SCALED ? T::G * T::NI * 4 : 1];  // fp8 block scales: one k tile's sums
+    // Per-weight-row scales (fp8 channel / tensor; not with ping-pong, whose turn barriers are here).
+    static_assert(!(PINGPONG && EPILOGUE_SCALED), "ping-pong groups would need column scales of their own");
     float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
     // The staged epilogue's own tile (StagedTile), after the column scales (the host sizes shared
     // memory with moe_wgmma_smem_bytes and refuses a staged tile that does not fit).
     static_assert(!STAGED || moe_wgmma_staging_bytes(ROLE, BLOCK_M, BLOCK_N, STAGES, T::G == 2, true) > 0,
                   "the staged tile fits beside the ring");
+    static_assert(!(PINGPONG && STAGED), "ping-pong groups would need staging tiles of their own");
     unsigned char* s_out = reinterpret_cast<unsigned char*>(s_col_scale + 256);
-    int it = 0;
-    // Each item's row data is fetched one item ahead, off the critical path: consumer thread ctid <
-    // BLOCK_M (CONSUMERS = 2 BLOCK_M) holds row ctid's routed slot and router weight, and the
-    // tile's expert. The next tile's slot loads are issued before this tile's k loop, the weights
-    // (which need the slot) after it. Fetched at tile start, these two dependent round trips
-    // were the top stall of GEMM2s with few k tiles (DeepSeek-V3 TP8, K = 256: 4 per tile).
-    static_assert(CONSUMERS >= BLOCK_M, "a consumer thread per tile row");
+    int it = group * local_tiles;  // the ring's k tile sequence: the CTA's items in order, local_tiles each
+    // Each item's row data is fetched one item ahead, off the critical path: consumer thread gtid <
+    // BLOCK_M (TILE_THREADS = 2 BLOCK_M, or BLOCK_M with ping-pong) holds row gtid's routed slot and
+    // router weight, and the tile's expert. The next tile's slot loads are issued before this tile's
+    // k loop, the weights (which need the slot) after it. Fetched at tile start, these two dependent
+    // round trips were the top stall of GEMM2s with few k tiles (DeepSeek-V3 TP8, K = 256: 4 per tile).
+    static_assert(TILE_THREADS >= BLOCK_M, "a consumer thread per tile row");
     auto fetch_slot = [&](int item, int& expert) {
       if (item >= items) return -1;
       int tile, n0;
       walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
       expert = args.tile_expert[tile];
-      return ctid < BLOCK_M ? args.gather_index[tile * BLOCK_M + ctid] : -1;
+      return gtid < BLOCK_M ? args.gather_index[tile * BLOCK_M + gtid] : -1;
     };
     auto fetch_weight = [&](int slot) {
       return (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
     };
+    const int stride = GROUPS * gridDim.x;
     int expert_next = 0;
-    int slot_next = fetch_slot(blockIdx.x, expert_next);
+    int slot_next = fetch_slot(blockIdx.x + group * gridDim.x, expert_next);
     float weight_next = fetch_weight(slot_next);
-    for (int item = blockIdx.x; item < items; item += gridDim.x) {
+    for (int item = blockIdx.x + group * gridDim.x, turn = 0; item < items; item += stride, ++turn) {
       int tile, n0;
       walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
       const int expert = expert_next, row0 = tile * BLOCK_M;
-      sm90::named_barrier(1, CONSUMERS);  // the previous tile's epilogue is done with the row arrays
-      if (ctid < BLOCK_M) {
-        s_slot[ctid] = slot_next;
-        s_arow[ctid] = slot_next < 0 ? -1 : (ROLE == kRoleGemm1 ? slot_next / args.top_k : row0 + ctid);
-        s_weight[ctid] = weight_next;
+      sm90::named_barrier(1 + group, TILE_THREADS);  // the previous tile's epilogue is done with the row arrays
+      if (gtid < BLOCK_M) {
+        s_slot[gtid] = slot_next;
+        s_arow[gtid] = slot_next < 0 ? -1 : (ROLE == kRoleGemm1 ? slot_next / args.top_k : row0 + gtid);
+        s_weight[gtid] = weight_next;
       }
-      if constexpr (EPILOGUE_SCALED) column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, ctid, CONSUMERS, s_col_scale);
-      sm90::named_barrier(1, CONSUMERS);
-      slot_next = fetch_slot(item + gridDim.x, expert_next);
+      if constexpr (EPILOGUE_SCALED)
+        column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, gtid, TILE_THREADS, s_col_scale);
+      sm90::named_barrier(1 + group, TILE_THREADS);
+      slot_next = fetch_slot(item + stride, expert_next);
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) d[e] = 0.f;
+      // Ping-pong: group 1's item n follows group 0's item n, group 0's item n (n >= 1) group 1's
+      // item n - 1: wait for the other group's turn-barrier phase of that item.
+      if constexpr (PINGPONG)
+        if (group == 1 || turn > 0) sm90::mbar_wait(turn0 + group * 8, (group == 1 ? turn : turn - 1) & 1);
       int held = -1;  // the slot whose wgmma may still run
       for (int i = 0; i < local_tiles; ++i, ++it) {
         const int slot = it % STAGES;
@@ -477,6 +503,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           held = slot;
         }
       }
+      // Ping-pong: every wgmma of this item is issued and every `full` wait of its k tiles passed:
+      // the other group's k loop may start (its first tile's fill is then at most one phase ahead).
+      if constexpr (PINGPONG) sm90::mbar_arrive(turn0 + (1 - group) * 8);
+      it += (GROUPS - 1) * local_tiles;  // the other group's item
       sm90::wait<0>();
       if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
       weight_next = fetch_weight(slot_next);  // lands during the epilogue
@@ -485,7 +515,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       if constexpr (STAGED) {
         // The previous tile's rows have left the staging tile (their bulk copies were issued a k
         // loop ago: the wait is normally over at once).
-        if (ctid < BLOCK_M) sm90::bulk_wait_read();
+        if (gtid < BLOCK_M) sm90::bulk_wait_read();
         sm90::named_barrier(1, CONSUMERS);
         const StagedTile<ROLE, DTYPE, BLOCK_N> out{s_out, n0};
         moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
@@ -493,7 +523,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         sm90::fence_proxy_async();  // the staged tile -> the copy engine
         sm90::named_barrier(1, CONSUMERS);
         // Left in flight: the copies overlap the next tile's k loop.
-        if (ctid < BLOCK_M && s_slot[ctid] >= 0) out.store_row(args, row0, ctid, s_slot[ctid]);
+        if (gtid < BLOCK_M && s_slot[gtid] >= 0) out.store_row(args, row0, gtid, s_slot[gtid]);
       } else {
         moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
                                                                       expert, s_slot, s_arow, s_weight, s_col_scale,
@@ -501,7 +531,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       }
     }
     if constexpr (STAGED)
-      if (ctid < BLOCK_M) sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
+      if (gtid < BLOCK_M) sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
   }
 }
 #endif
@@ -514,13 +544,15 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_min_ctas(int act, int quant, int block_n, bool persistent) {
   return !persistent && quant != kQuantFp8Block && (activation_is_gated(act) ? 2 : 1) * block_n <= 128 ? 2 : 1;
 }
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, int PERSISTENT, int STAGED>
-__global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT),
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, int PERSISTENT, int STAGED,
+          int PINGPONG>
+__global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT, PINGPONG),
                                   moe_wgmma_min_ctas(ACT, QUANT, BLOCK_N, PERSISTENT))
     moe_gemm_wgmma_kernel(const __grid_constant__ MoeGemmArgs args) {
   static_assert(QUANT == kQuantNone || quant_is_fp8(QUANT), "16-bit weights or fp8 w8a8");
   static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
   static_assert(!STAGED || PERSISTENT, "the plain variant always stages its tile in the idle ring");
+  static_assert(!PINGPONG || PERSISTENT, "ping-pong groups are the persistent variant's");
 #if MOEJIT_HAS_WGMMA
   using T = moe_wgmma_detail::Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
   pdl::wait();
@@ -530,10 +562,11 @@ __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT),
   // variant's barriers follow the ring.
   unsigned char* s_a = reinterpret_cast<unsigned char*>(
       (reinterpret_cast<unsigned long long>(smem_raw) + 1023) & ~static_cast<unsigned long long>(1023));
-  __shared__ int s_slot[BLOCK_M];
-  __shared__ int s_arow[BLOCK_M];
-  __shared__ float s_weight[BLOCK_M];
-  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) <= moe_gemm_static_smem_bytes(BLOCK_M),
+  constexpr int ROWS = moe_wgmma_rows_held(BLOCK_M, PINGPONG);
+  __shared__ int s_slot[ROWS];
+  __shared__ int s_arow[ROWS];
+  __shared__ float s_weight[ROWS];
+  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) <= moe_gemm_static_smem_bytes(ROWS),
                 "the host sizes shared memory with moe_gemm_static_smem_bytes");
   const int k_tiles = (args.inner + moe_wgmma_block_k(QUANT) - 1) / moe_wgmma_block_k(QUANT);
   const int per_split = args.k_tiles_per_split > 0 ? args.k_tiles_per_split : k_tiles;
@@ -541,7 +574,7 @@ __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT),
   const int local_tiles = min(k_tiles, kt_begin + per_split) - kt_begin;
   if constexpr (PERSISTENT) {
     auto* bars = reinterpret_cast<unsigned long long*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE));
-    moe_wgmma_detail::persistent_tiles<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES, STAGED != 0>(
+    moe_wgmma_detail::persistent_tiles<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES, STAGED != 0, PINGPONG != 0>(
         args, s_a, kt_begin, local_tiles, s_slot, s_arow, s_weight, bars);
   } else {
     moe_wgmma_detail::plain_tile<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES>(args, s_a, kt_begin, local_tiles,

@@ -519,3 +519,52 @@ TEST_CASE("autotune: the wgmma walk's rows per sweep: candidates, round trip, de
   CHECK(sm80.gemm1.walk_rows == 12);
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, sm80, "sm_80"), doctest::Contains("only wgmma tiles walk"), Error);
 }
+
+TEST_CASE("autotune: ping-pong consumer groups: kernel spec, round trip, describe, refusals") {
+  const MoeSpec q = qwen3();
+  MoeTileConfig c;
+  c.block_m = 64;
+  c.gemm1 = wgmma_tile(128, 4, 0, true);
+  c.gemm2 = wgmma_tile(256, 4, 0, true);
+  const auto plain = moe_expert_kernel_specs(q, c, "sm_90a");
+  c.gemm1.pingpong = c.gemm2.pingpong = true;
+  CHECK(c.describe() == "bm64 gemm1[wgmma bn128 s4 ws pp] gemm2[wgmma bn256 s4 ws pp]");
+  const auto specs = moe_expert_kernel_specs(q, c, "sm_90a");
+  for (int g : {0, 1}) {
+    CHECK(specs[g].get_int("pingpong") == 1);
+    CHECK(plain[g].get_int("pingpong") == 0);
+    // Two consumer warpgroups on their own 64-row tiles and the producer; the same ring.
+    CHECK(specs[g].get_int("threads") == 384);
+    CHECK(plain[g].get_int("threads") == 256);
+    CHECK(specs[g].get_int("smem_bytes") == plain[g].get_int("smem_bytes"));
+    // Static shared memory for two tiles' row arrays.
+    CHECK(moe_gemm_shared_bytes(specs[g], 64) == specs[g].get_int("smem_bytes") + moe_gemm_static_smem_bytes(128));
+  }
+  CHECK(config_fits(q, c, {227 * 1024, "sm_90a"}));
+  CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
+  CHECK(tile_config_to_json(c)["gemm1"]["pingpong"] == true);
+  c.gemm1.pingpong = false;
+  CHECK_FALSE(tile_config_to_json(c)["gemm1"].contains("pingpong"));
+  c.gemm1.pingpong = true;
+  // Refused before anything compiles: plain tiles, 128-row tiles, staged epilogues, epilogue scales.
+  MoeTileConfig odd = c;
+  odd.gemm1.persistent = false;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("only persistent wgmma tiles have ping-pong"),
+                       Error);
+  odd = c;
+  odd.block_m = 128;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("pingpong = 1 needs"), Error);
+  odd = c;
+  odd.gemm2.staged = true;
+  odd.gemm2.stages = 3;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a", true), doctest::Contains("pingpong = 1 needs"), Error);
+  CHECK_FALSE(config_fits(q, odd, {227 * 1024, "sm_90a"}));
+  MoeSpec channel = q;
+  channel.quant = kQuantFp8Channel;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(channel, c, "sm_90a"), doctest::Contains("per-channel / per-tensor"), Error);
+  MoeSpec block = q;
+  block.quant = kQuantFp8Block;
+  c.gemm1.block_n = 64;  // fp8_block: at most 128 weight rows per tile
+  c.gemm2.block_n = 128;
+  CHECK(moe_expert_kernel_specs(block, c, "sm_90a")[0].get_int("pingpong") == 1);
+}

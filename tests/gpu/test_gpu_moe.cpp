@@ -147,11 +147,12 @@ int check_kernel_cases(Runtime& rt, const std::vector<MoeKernelCase>& cases, int
   rt.compile_all(specs);
   std::unique_ptr<MoeRun> run;
   const MoeSpec* current = nullptr;
-  int checked = 0;
+  int checked = 0, run_tokens = 0;
   for (const auto& c : cases) {
     if (!run || current->describe() != c.spec.describe() ||
-        current->router_weight_on_input != c.spec.router_weight_on_input) {
-      run = std::make_unique<MoeRun>(make_moe_run(rt, c.spec, c.token_counts.back(), seed + checked));
+        current->router_weight_on_input != c.spec.router_weight_on_input || c.token_counts.back() > run_tokens) {
+      run_tokens = c.token_counts.back();
+      run = std::make_unique<MoeRun>(make_moe_run(rt, c.spec, run_tokens, seed + checked));
       current = &c.spec;
     }
     for (int m : c.token_counts) {

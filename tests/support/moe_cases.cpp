@@ -297,9 +297,10 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
   for (const MoeSpec& spec : specs) {
     const int g1 = spec.fused && activation_is_gated(spec.activation) ? 2 : 1;  // weight rows per GEMM1 column
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 7; ++variant) {
+      for (int variant = 0; variant < 9; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
+        std::vector<int> tokens = {40, 300};
         if (variant == 0) {
           c.gemm1 = wgmma_tile(256 / g1, 4);
           c.gemm2 = wgmma_tile(256, 4);
@@ -321,12 +322,24 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
         } else if (variant == 5) {  // staged epilogues: GEMM1 DTYPE rows, GEMM2 fp32 adds / rows (split too)
           c.gemm1 = wgmma_tile(256 / g1, 3, 0, true, true);
           c.gemm2 = wgmma_tile(128, 3, spec.fused ? 2 : 1, true, true);
-        } else {  // staged GEMM2 of 256 columns: DTYPE rows only (fused), at every batch size
+        } else if (variant == 6) {  // staged GEMM2 of 256 columns: DTYPE rows only (fused), at every batch size
           if (!spec.fused) continue;
           c.gemm1 = wgmma_tile(64 / g1, 6, 0, true, true);
           c.gemm2 = wgmma_tile(256, 3, 0, true, true);
+        } else {  // ping-pong consumer groups (64-row tiles): several items per CTA at M = 8000
+          if (bm != 64) continue;
+          if (variant == 7) {  // (GEMM1 walking 3 rows per sweep, GEMM2 split)
+            c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
+            c.gemm2 = wgmma_tile(256, 4, spec.fused ? 2 : 1, true);
+            c.gemm1.walk_rows = 3;
+          } else {  // the shallowest ring
+            c.gemm1 = wgmma_tile(64 / g1, 3, 0, true);
+            c.gemm2 = wgmma_tile(128, 3, 0, true);
+          }
+          c.gemm1.pingpong = c.gemm2.pingpong = true;
+          tokens.push_back(8000);
         }
-        out.push_back({spec, c, {40, 300}});
+        out.push_back({spec, c, tokens});
       }
   }
   // fp8 w8a8 (e4m3 wgmma, plain and persistent variants): 128 x 128 blocks with a K tail (gate / up
@@ -341,11 +354,18 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
     const int g1 = activation_is_gated(spec.activation) ? 2 : 1;
     const bool wide = spec.quant != kQuantFp8Block;  // block scales: at most 128 weight rows per tile
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 5; ++variant) {
+      for (int variant = 0; variant < 6; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
+        std::vector<int> tokens = {40, 300};
         const bool persistent = variant >= 2;
-        if (variant == 4) {  // staged epilogues
+        if (variant == 5) {  // ping-pong consumer groups (64-row tiles, not with per-channel / tensor scales)
+          if (bm != 64 || spec.quant != kQuantFp8Block) continue;
+          c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
+          c.gemm2 = wgmma_tile(128, 3, 0, true);
+          c.gemm1.pingpong = c.gemm2.pingpong = true;
+          tokens.push_back(8000);
+        } else if (variant == 4) {  // staged epilogues
           c.gemm1 = wgmma_tile(128 / g1, 4, 0, true, true);
           c.gemm2 = wgmma_tile(128, 3, 2, true, true);
         } else if (variant % 2 == 0) {
@@ -356,7 +376,7 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
           c.gemm2 = wgmma_tile(wide ? 256 : 64, wide ? 3 : 5, 2, persistent);
           c.gemm1.walk_rows = persistent ? 5 : 0;  // (a grouped walk of 5 rows per sweep)
         }
-        out.push_back({spec, c, {40, 300}});
+        out.push_back({spec, c, tokens});
       }
   }
   return out;
@@ -386,6 +406,9 @@ std::vector<MoeKernelCase> moe_rows16_cases() {
     persistent.gemm2 = wgmma_tile(q == kQuantNone ? 192 : 128, 3, 0, true);
     out.push_back({spec, plain, {1024}});
     out.push_back({spec, persistent, {1024}});
+    MoeTileConfig pingpong = persistent;  // ping-pong consumer groups
+    pingpong.gemm1.pingpong = pingpong.gemm2.pingpong = true;
+    out.push_back({spec, pingpong, {1024}});
     persistent.block_m = 128;  // the staged epilogue's tile of DTYPE rows
     persistent.gemm1.staged = persistent.gemm2.staged = true;
     persistent.gemm1.stages = persistent.gemm2.stages = 3;
