@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine for what a session without device time left unmeasured: the GPU
+# tests of the new kernel paths, then same-run A/B rounds of the tuning knobs against the shipped
+# configs, then the DRAM bytes the prefill GEMMs read. Runs from the bundle scripts/device_bundle
+# makes (carry .device); writes every log under $OUT (or ./device-ab-out) and prints a summary last.
+#
+#   bash scripts/device_bundle                      # here
+#   bash scripts/device_ab.sh [tests|walk|pingpong|ncu]...   # there (all four when none is named)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-device-ab-out}
+mkdir -p "$out"
+export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-/tmp/moejit-ab-cache}
+bin=.device
+steps=("$@")
+[ ${#steps[@]} -gt 0 ] || steps=(tests walk pingpong ncu)
+summary=()
+rows() { grep -E "^(Mixtral|Qwen3|gpt-oss|DeepSeek)" "$1" | awk '{printf "%s M=%s %s us %s\n", $1, $5, $6, $8}'; }
+
+for step in "${steps[@]}"; do
+  case $step in
+    tests)  # correctness first: the wgmma cases hold the walk and ping-pong variants
+      timeout 500 $bin/moejit_gpu_tests -tc='*wgmma kernel equals*,*DTYPE rows*,*quant: every tile*' > "$out/tests.txt" 2>&1
+      summary+=("tests rc=$?: $(grep -E 'test cases' "$out/tests.txt" | tail -1)")
+      ;;
+    walk)  # rows per column sweep of the grouped walk; 0 = the default (8), first and last
+      for w in 0 12 4 16 32 0; do
+        timeout 150 $bin/moejit_bench --only moe --tokens 1024,4096,8192 --walk-rows $w > "$out/walk_$w.txt" 2>&1
+        summary+=("== --walk-rows $w" "$(rows "$out/walk_$w.txt")")
+      done
+      ;;
+    pingpong)  # the buckets on 64-row persistent tiles, without and with ping-pong groups, twice
+      for r in 1 2; do
+        for flag in "" --pingpong; do
+          f="$out/pingpong_${r}${flag:+_on}.txt"
+          timeout 150 $bin/moejit_bench --only moe --tokens 16,128,1024,4096 $flag > "$f" 2>&1
+          summary+=("== round $r ${flag:-(config as shipped)}" "$(rows "$f")")
+        done
+      done
+      ;;
+    ncu)  # DRAM bytes of the two GEMMs, default walk against 12 rows per sweep
+      for w in 0 12; do
+        for s in "Mixtral-8x7B 1024" "gpt-oss-120b 8192"; do
+          set -- $s
+          timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:moe_gemm -c 2 \
+            $bin/moejit_bench --only moe --shapes "$1" --tokens "$2" --reps 1 --walk-rows $w > "$out/ncu_${1}_${2}_w$w.txt" 2>&1
+          summary+=("ncu walk $w $1 M=$2: $(grep -E 'dram__bytes_read|duration' "$out/ncu_${1}_${2}_w$w.txt" | awk '{printf "%s %s %s; ", $1, $2, $3}')")
+        done
+      done
+      ;;
+    *) echo "device_ab: unknown step $step (tests, walk, pingpong, ncu)"; exit 2 ;;
+  esac
+done
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
