@@ -52,12 +52,9 @@ nlohmann::json tile_to_json(const GemmTile& t) {
   return j;
 }
 GemmTile tile_kind_from_json(const nlohmann::json& j) {
-  if (j.value("wgmma", false)) {
-    GemmTile t = wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
-                            j.value("persistent", false), j.value("staged", false));
-    t.pingpong = j.value("pingpong", false);
-    return t;
-  }
+  if (j.value("wgmma", false))
+    return wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
+                      j.value("persistent", false), j.value("staged", false));
   if (j.value("swap_ab", false))
     return swap_ab_tile(j.at("warps_n").get<int>(), j.at("warps_k").get<int>(), j.at("stages").get<int>(),
                         j.value("split_k", 0));
@@ -73,8 +70,9 @@ GemmTile tile_kind_from_json(const nlohmann::json& j) {
 GemmTile tile_from_json(const nlohmann::json& j) {
   GemmTile t = tile_kind_from_json(j);
   // Read on every kind of tile: the config's check (moe_expert_kernel_specs, when a layer takes it)
-  // refuses it on the kernels that do not walk.
+  // refuses them on the kernels that do not walk / have no consumer groups.
   t.walk_rows = j.value("walk_rows", 0);
+  t.pingpong = j.value("pingpong", false);
   return t;
 }
 }  // namespace

@@ -551,6 +551,10 @@ TEST_CASE("autotune: ping-pong consumer groups: kernel spec, round trip, describ
   odd.gemm1.persistent = false;
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("only persistent wgmma tiles have ping-pong"),
                        Error);
+  nlohmann::json j = tile_config_to_json(heuristic_tile_config(q, 16, true, "sm_80"));
+  j["gemm2"]["pingpong"] = true;  // on a tile of another kernel: read, then refused when a layer takes it
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, tile_config_from_json(j), "sm_80"),
+                       doctest::Contains("only persistent wgmma tiles have ping-pong"), Error);
   odd = c;
   odd.block_m = 128;
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("pingpong = 1 needs"), Error);
