@@ -19,8 +19,10 @@ rows() { grep -E "^(Mixtral|Qwen3|gpt-oss|DeepSeek)" "$1" | awk '{printf "%s M=%
 
 for step in "${steps[@]}"; do
   case $step in
-    tests)  # correctness first: the wgmma cases hold the walk and ping-pong variants
-      timeout 500 $bin/moejit_gpu_tests -tc='*wgmma kernel equals*,*DTYPE rows*,*quant: every tile*' > "$out/tests.txt" 2>&1
+    tests)  # correctness first: ping-pong alone (a hang ends at its own time limit), then the walk variants
+      timeout 150 $bin/moejit_gpu_tests -tc='*ping-pong*' > "$out/tests_pingpong.txt" 2>&1
+      summary+=("ping-pong tests rc=$?: $(grep -E 'test cases' "$out/tests_pingpong.txt" | tail -1)")
+      timeout 400 $bin/moejit_gpu_tests -tc='*wgmma kernel equals*,*DTYPE rows*,*quant: every tile*' > "$out/tests.txt" 2>&1
       summary+=("tests rc=$?: $(grep -E 'test cases' "$out/tests.txt" | tail -1)")
       ;;
     walk)  # rows per column sweep of the grouped walk; 0 = the default (8), first and last

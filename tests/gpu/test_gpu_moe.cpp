@@ -138,6 +138,8 @@ namespace {
 // Runs every case's forwards (a fresh layer per spec; cases of one layer follow each other) against
 // the fp64 reference, then checks that the deterministic mode refuses the first case's config with
 // an error naming `kernel`. Returns the forwards checked.
+bool uses_pingpong(const MoeKernelCase& c) { return c.config.gemm1.pingpong || c.config.gemm2.pingpong; }
+
 int check_kernel_cases(Runtime& rt, const std::vector<MoeKernelCase>& cases, int seed, const char* kernel) {
   std::vector<KernelSpec> specs;
   for (const auto& c : cases) {  // GEMM2 in the role the forward at the largest M picks
@@ -207,8 +209,30 @@ TEST_CASE("gpu moe: the wgmma kernel equals the fp64 reference") {
     MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
     return;
   }
-  const int checked = check_kernel_cases(rt, moe_wgmma_cases(), 2100, "wgmma");
+  auto cases = moe_wgmma_cases();
+  std::erase_if(cases, uses_pingpong);  // their own case below
+  const int checked = check_kernel_cases(rt, cases, 2100, "wgmma");
   MESSAGE(fmt::format("{} wgmma forwards checked against the fp64 reference", checked));
+}
+
+// Ping-pong consumer groups of the persistent wgmma kernel (64-row tiles, two consumer warpgroups
+// on alternate tiles, turn barriers): a case of their own, so that a hang or a wrong result is
+// theirs alone (written in a session without device time).
+TEST_CASE("gpu moe: ping-pong consumer groups equal the fp64 reference") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe ping-pong")) return;
+  if (!arch_has_wgmma(rt.device_arch())) {
+    MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
+    return;
+  }
+  std::vector<MoeKernelCase> cases;
+  for (auto& c : moe_wgmma_cases())
+    if (uses_pingpong(c)) cases.push_back(c);
+  for (auto& c : moe_rows16_cases())
+    if (uses_pingpong(c)) cases.push_back(c);
+  REQUIRE(cases.size() >= 10);
+  const int checked = check_kernel_cases(rt, cases, 2300, "wgmma");
+  MESSAGE(fmt::format("{} ping-pong forwards checked against the fp64 reference", checked));
 }
 
 // Large batches in the fast mode: GEMM2 stores each routed slot's row in DTYPE and reduce16 sums a
@@ -217,6 +241,7 @@ TEST_CASE("gpu moe: GEMM2's DTYPE rows and their top-k sum equal the fp64 refere
   Runtime rt(test_options(""));
   if (!gpu_or_skip(rt, "gpu moe rows16")) return;
   auto cases = moe_rows16_cases();
+  std::erase_if(cases, uses_pingpong);  // in the ping-pong case
   for (const auto& c : cases) REQUIRE(moe_gemm2_stores_rows16(c.spec, c.config, c.token_counts.front()));
   if (!arch_has_wgmma(rt.device_arch())) {
     MESSAGE("SKIPPED (wgmma cases only): they need sm_90a, this device is " << rt.device_arch());
