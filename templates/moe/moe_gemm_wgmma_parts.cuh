@@ -1,0 +1,204 @@
+// The sm_90a wgmma GEMM path's building blocks (moe_gemm_wgmma.cuh, moe_gemm_wgmma_persistent.cuh):
+// the grouped walk of work items, the cp.async chunk loader, one k tile of wgmmas, fp8 block /
+// column scales, the staged epilogue tile and the tile's constants.
+#pragma once
+
+#include "common/mma_sm80.cuh"
+#include "common/wgmma_sm90.cuh"
+#include "moe/moe_gemm_args.cuh"
+#include "moe/moe_gemm_store.cuh"
+#include "moe/moe_tile_walk.cuh"
+
+namespace moejit {
+namespace moe_wgmma_detail {
+
+constexpr int kRowBytes = 128;  // a k tile row: 64 16-bit elements, the 128-byte swizzle's width
+
+// Work item -> (row tile, first output column) of the grouped walk (moe_tile_walk.cuh), walk_rows
+// row tiles per column sweep (0: the default).
+__device__ inline void walk_item(const MoeGemmArgs& args, int item, int col_tiles, int row_tiles, int block_n, int& tile,
+                                 int& n0) {
+  const MoeWalkItem w =
+      moe_walk_item(item, col_tiles, row_tiles, args.walk_rows > 0 ? args.walk_rows : kMoeWalkGroupRows);
+  tile = w.tile;
+  n0 = w.col_tile * block_n;
+}
+
+// The 16-byte chunks one thread copies into every k tile of a row tile: chunk tid % 8 of rows
+// (tid + i * THREADS) / 8. Only the rows are kept (A: gathered row or -1; B: weight row or -1):
+// the producer warpgroup of the persistent variant runs on few registers. Zero-filled past the
+// ends: padding rows, columns past n_out, the K tail.
+// B_TMA: the weights come by bulk tensor copies (issued elsewhere); only A's chunks here.
+template <int ROLE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int THREADS, bool B_TMA = false>
+struct ChunkLoader {
+  static constexpr int G = activation_is_gated(ACT) ? 2 : 1;
+  static constexpr int A_LOADS = BLOCK_M * 8 / THREADS;  // (A by bulk copies: this loader is not used)
+  static constexpr int B_LOADS = B_TMA ? 0 : G * BLOCK_N * 8 / THREADS;
+  static_assert(A_LOADS * THREADS == BLOCK_M * 8 && (B_TMA || B_LOADS * THREADS == G * BLOCK_N * 8),
+                "16-byte chunks share out evenly");
+  int a_row[A_LOADS], b_row[B_LOADS > 0 ? B_LOADS : 1];
+  const unsigned char* b_base;  // the expert's weights + this thread's chunk
+  int tid;
+
+  __device__ void init(const MoeGemmArgs& args, int row0, int n0, int expert, int thread) {
+    tid = thread;
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+      const int r = (tid + i * THREADS) / 8, slot = args.gather_index[row0 + r];
+      a_row[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + r);
+    }
+#pragma unroll
+    for (int i = 0; i < B_LOADS; ++i) {
+      const int r = (tid + i * THREADS) / 8;
+      b_row[i] = moe_tile::weight_row<ACT>(args, n0 + (G == 2 ? r % BLOCK_N : r), G == 2 ? r / BLOCK_N : 0);
+    }
+    b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride + (tid % 8) * 16;
+  }
+  // cp.async of k tile kt into the slot whose A and B tiles start at shared addresses sa, sb.
+  __device__ void issue(const MoeGemmArgs& args, unsigned sa, unsigned sb, int kt) const {
+    // A k tile is one 128-byte row of 16-bit or e4m3 elements; a chunk 16 bytes of it.
+    const int chunk = tid % 8;
+    const bool k_ok = kt * moe_wgmma_block_k(QUANT) + chunk * (16 / quant_activation_bytes(QUANT)) < args.inner;
+    const long long koff = static_cast<long long>(kt) * kRowBytes + chunk * 16;
+    const unsigned char* a_base = static_cast<const unsigned char*>(args.a);
+#pragma unroll
+    for (int i = 0; i < A_LOADS; ++i) {
+      const int r = (tid + i * THREADS) / 8;
+      const bool valid = k_ok && a_row[i] >= 0;
+      sm80::cp_async_16(sa + r * kRowBytes + (chunk ^ (r & 7)) * 16, valid ? a_base + a_row[i] * args.lda + koff : a_base,
+                        valid);
+    }
+#pragma unroll
+    for (int i = 0; i < B_LOADS; ++i) {
+      const int r = (tid + i * THREADS) / 8;
+      const bool valid = k_ok && b_row[i] >= 0;
+      sm80::cp_async_16(sb + r * kRowBytes + (chunk ^ (r & 7)) * 16,
+                        valid ? b_base + b_row[i] * args.ldb + (koff - chunk * 16) : b_base, valid);
+    }
+  }
+};
+
+#if MOEJIT_HAS_WGMMA
+// d[64 x B_ROWS] (+)= the warpgroup's 64 A rows x B rows over one k tile: 4 steps of 32 bytes
+// (k16 of 16-bit, k32 of e4m3 elements; the descriptors step 32 bytes along the swizzled rows).
+// accumulate = 0: the first step overwrites d (a k tile's own sums, fp8 block scales).
+template <int DTYPE, int QUANT, int B_ROWS>
+__device__ inline void mma_k_tile(float* d, unsigned long long desc_a, unsigned long long desc_b, int accumulate = 1) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    const unsigned long long a = desc_a + 2 * ks, b = desc_b + 2 * ks;
+    const int acc = ks > 0 ? 1 : accumulate;
+    if constexpr (quant_is_fp8(QUANT)) {
+      if constexpr (B_ROWS == 64) sm90::mma_m64n64k32_e4m3(d, a, b, acc);
+      if constexpr (B_ROWS == 128) sm90::mma_m64n128k32_e4m3(d, a, b, acc);
+      if constexpr (B_ROWS == 192) sm90::mma_m64n192k32_e4m3(d, a, b, acc);
+      if constexpr (B_ROWS == 256) sm90::mma_m64n256k32_e4m3(d, a, b, acc);
+    } else if constexpr (DTYPE == kDTypeBF16) {
+      if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_bf16(d, a, b, acc);
+      if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_bf16(d, a, b, acc);
+      if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_bf16(d, a, b, acc);
+      if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_bf16(d, a, b, acc);
+    } else {
+      if constexpr (B_ROWS == 64) sm90::mma_m64n64k16_f16(d, a, b, acc);
+      if constexpr (B_ROWS == 128) sm90::mma_m64n128k16_f16(d, a, b, acc);
+      if constexpr (B_ROWS == 192) sm90::mma_m64n192k16_f16(d, a, b, acc);
+      if constexpr (B_ROWS == 256) sm90::mma_m64n256k16_f16(d, a, b, acc);
+    }
+  }
+}
+
+// fp8 128 x 128 blocks: the scales of k tile kt for the two accumulator rows a lane holds (rows
+// `row` and `row` + 8 of the tile) and for each set's weight-row block (the host keeps each set's
+// rows of a tile in one block).
+template <int ACT, int G>
+__device__ inline void block_scales(const MoeGemmArgs& args, const int* s_arow, int row, int n0, int expert, int kt,
+                                    float (&a_sc)[2], float (&b_sc)[G]) {
+  const float* b_scale = static_cast<const float*>(args.b_scale);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int arow = s_arow[row + 8 * h];
+    a_sc[h] = arow < 0 ? 0.f : __ldg(args.a_scale + arow * args.a_scale_ld + kt);
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    const int wrow = moe_tile::weight_row<ACT>(args, n0, g);
+    b_sc[g] = __ldg(b_scale + expert * args.b_scale_expert_stride + (wrow >> 7) * args.b_scale_row_stride + kt);
+  }
+}
+// d += one k tile's sums (part, waited for) x a_scale(row) x b_scale(set).
+template <int G, int NI>
+__device__ inline void promote_block(float* d, float* part, const float (&a_sc)[2], const float (&b_sc)[G]) {
+#pragma unroll
+  for (int e = 0; e < G * NI * 4; ++e) {
+    sm90::fence_operand(part[e]);
+    // e = (set * NI + chunk) * 4 + j: j / 2 picks the row (lane / 4 or + 8)
+    d[e] += part[e] * (a_sc[(e >> 1) & 1] * b_sc[e / (NI * 4)]);
+  }
+}
+#endif
+
+// fp8 per channel / tensor: the weight scale of each of the tile's B rows (gate rows, then up
+// rows), read by the epilogue.
+template <int ACT, int BLOCK_N, int B_ROWS>
+__device__ inline void column_scales(const MoeGemmArgs& args, int n0, int expert, int tid, int threads,
+                                     float* s_col_scale) {
+  static_assert(B_ROWS <= 256, "moe_wgmma_smem_bytes reserves 256 column scales");
+  const float* b_scale = static_cast<const float*>(args.b_scale);
+  for (int r = tid; r < B_ROWS; r += threads) {
+    const int wrow = moe_tile::weight_row<ACT>(args, n0 + r % BLOCK_N, B_ROWS > BLOCK_N ? r / BLOCK_N : 0);
+    s_col_scale[r] = wrow < 0 ? 0.f
+                              : b_scale[expert * args.b_scale_expert_stride +
+                                        (wrow >> args.b_scale_row_shift) * args.b_scale_row_stride];
+  }
+}
+
+// Epilogue through shared memory: a finished tile staged at s_out ([BLOCK_M][PITCH] of the output
+// type; PITCH = BLOCK_N + 8 spreads the fragment writes over the banks and keeps rows 16-byte
+// aligned), then each row leaves in one bulk copy (GEMM1: DTYPE intermediate; GEMM2 rows: fp32 or
+// DTYPE per slot) or one bulk fp32 add into its token's row (the top-k sum). Fragment-order global
+// stores and atomics cost more than the main loop of narrow layers: each warp instruction touched
+// 8 rows.
+template <int ROLE, int DTYPE, int BLOCK_N>
+struct StagedTile {
+  static constexpr bool OUT16 = moe_wgmma_out_bytes(ROLE) == 2;  // DTYPE rows, else fp32
+  static constexpr int OUT_BYTES = moe_wgmma_out_bytes(ROLE);
+  static constexpr int PITCH = BLOCK_N + 8;
+  unsigned char* s_out;
+  int n0;
+  __device__ void operator()(int rl, int col, int, float a, float b) const {
+    const int at = rl * PITCH + col - n0;
+    if constexpr (OUT16) *reinterpret_cast<unsigned*>(s_out + at * 2) = sm80::pack2<DTYPE>(a, b);
+    else *reinterpret_cast<float2*>(s_out + at * 4) = make_float2(a, b);
+  }
+  // Row rl (routed slot `slot` >= 0) of tile row0 to global memory; committed as one bulk group.
+  __device__ void store_row(const MoeGemmArgs& args, int row0, int rl, int slot) const {
+    const unsigned src = sm80::smem_addr(s_out + rl * PITCH * OUT_BYTES);
+    const unsigned bytes = min(BLOCK_N, args.n_out - n0) * OUT_BYTES;  // n_out is a multiple of 8: whole 16 bytes
+    if constexpr (ROLE == kRoleGemm1) {
+      sm90::bulk_store(static_cast<unsigned short*>(args.c) + (row0 + rl) * args.ldc + n0, src, bytes);
+    } else if constexpr (ROLE == kRoleGemm2Rows) {
+      sm90::bulk_store(static_cast<float*>(args.c) + slot * args.ldc + n0, src, bytes);
+    } else if constexpr (ROLE == kRoleGemm2Rows16) {
+      sm90::bulk_store(static_cast<unsigned short*>(args.c) + slot * args.ldc + n0, src, bytes);
+    } else {
+      sm90::bulk_add_f32(static_cast<float*>(args.c) + (slot / args.top_k) * args.ldc + n0, src, bytes);
+    }
+    sm90::bulk_commit();
+  }
+};
+
+template <int ROLE, int DTYPE, int ACT, int BLOCK_M, int BLOCK_N, int STAGES>
+struct Tile {
+  static constexpr int G = activation_is_gated(ACT) ? 2 : 1;  // accumulator sets: gate (+ up)
+  static constexpr int CONSUMER_THREADS = BLOCK_M / 64 * 128;
+  static constexpr int B_ROWS = G * BLOCK_N;                   // wgmma N
+  static constexpr int NI = BLOCK_N / 8;                       // n8 accumulator chunks per set
+  static constexpr int A_STAGE = BLOCK_M * kRowBytes;          // [BLOCK_M][128 B], 8-row atoms of 1024 B
+  static constexpr int B_STAGE = B_ROWS * kRowBytes;           // [B_ROWS][128 B]
+  static_assert(BLOCK_M == 64 || BLOCK_M == 128, "one or two warpgroups of 64 rows");
+  static_assert(B_ROWS == 64 || B_ROWS == 128 || B_ROWS == 192 || B_ROWS == 256, "wgmma N of 64, 128, 192 or 256");
+  static_assert(STAGES >= 3, "a ring of 3 slots at least");
+};
+
+}  // namespace moe_wgmma_detail
+}  // namespace moejit

@@ -1,0 +1,241 @@
+// moe_gemm, sm_90a warpgroup-MMA path: the persistent, warp-specialized variant (moe_gemm_wgmma.cuh
+// instantiates it): a producer warpgroup feeding a ring of bulk tensor copies (and GEMM1's gathered
+// A rows by cp.async) across the tiles a CTA walks, consumer warpgroups multiplying and storing.
+#pragma once
+
+#include "moe/moe_gemm_wgmma_parts.cuh"
+#include "moe/moe_tile_rows.cuh"
+
+namespace moejit {
+namespace moe_wgmma_detail {
+
+#if MOEJIT_HAS_WGMMA
+// Persistent, warp-specialized: warpgroup 0 produces (cp.async into the ring, each thread's
+// copies signalling the slot's `full` barrier as they land), the others consume (wait for `full`,
+// wgmma, release the slot through `empty` once the wgmma that read it is done). The CTA walks
+// work items blockIdx.x, + gridDim.x, ... of the grouped walk; the producer runs up to STAGES k
+// tiles ahead, across row tiles, so the next tile's loads overlap this tile's epilogue and no
+// tile starts with an empty pipeline.
+// PINGPONG (64-row tiles): two consumer warpgroups ("groups") take the CTA's items in turn, each a
+// whole tile with row arrays of its own; a group starts its k loop once the other has issued the
+// last wgmma of the item before (turn barriers), so the k loops alternate and each group's epilogue
+// runs under the other's wgmmas. The turns also keep a group from waiting on a slot's `full` barrier
+// more than one phase ahead of the producer (its parity would then pass on an older phase).
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED, bool PINGPONG>
+__device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* s_a, int kt_begin, int local_tiles,
+                                        int* s_slot, int* s_arow, float* s_weight, unsigned long long* bars) {
+  using T = Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
+  constexpr int GROUPS = PINGPONG ? 2 : 1;                      // consumer groups on different tiles
+  constexpr int TILE_THREADS = T::CONSUMER_THREADS;             // consumer threads of one tile
+  constexpr int CONSUMERS = GROUPS * TILE_THREADS;
+  static_assert(!PINGPONG || BLOCK_M == 64, "ping-pong groups are one warpgroup each");
+  constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
+  constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
+  // Registers after setmaxnreg (two consumer warpgroups): the producer keeps its rows and their
+  // addresses (24 at most: 136; fp8 block tiles, <= 128 weight rows: 16, 96), the consumers the
+  // accumulators and the epilogue (176; fp8 block: a second accumulator set, 200). The CTA starts
+  // with LAUNCH_REGS per thread (launch bounds: 384 threads, one CTA per SM); a consumer's
+  // setmaxnreg.inc waits until the producer's .dec has returned enough of them, so what the
+  // consumers gain must not exceed what the producer gives back (else it waits forever).
+  constexpr int PRODUCER_REGS = BLOCK_SCALED ? 96 : 136, CONSUMER_REGS = BLOCK_SCALED ? 200 : 176;
+  constexpr int LAUNCH_REGS = 65536 / 384 / 8 * 8;
+  static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
+                "the consumers' registers come from the producer's");
+  static_assert(!BLOCK_SCALED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
+  static_assert(moe_wgmma_b_by_tma(true), "the persistent variant reads weight tiles by bulk tensor copies");
+  constexpr bool A_TMA = moe_wgmma_a_by_tma(ROLE, true);
+  const int tid = threadIdx.x;
+  const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
+  const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
+  if (tid == 0) {
+    sm90::prefetch_tensor_map(args.b_tensor_map);
+    if constexpr (A_TMA) sm90::prefetch_tensor_map(args.a_tensor_map);
+    for (int s = 0; s < STAGES; ++s) {
+      // Arrivals per fill: thread 0's expected-bytes arrival for the boxes, plus one (async) per
+      // producer thread's A copies when A comes by cp.async.
+      sm90::mbar_init(full0 + s * 8, A_TMA ? 1 : 1 + 128);
+      sm90::mbar_init(empty0 + s * 8, TILE_THREADS);  // one arrival per consumer thread of the tile's group
+    }
+    if constexpr (PINGPONG)  // turn0 + 8 g: group g may start its next k loop (the other group's arrivals)
+      for (int g = 0; g < 2; ++g) sm90::mbar_init(sm80::smem_addr(bars) + (2 * STAGES + g) * 8, TILE_THREADS);
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+  const int col_tiles = (args.n_out + BLOCK_N - 1) / BLOCK_N, row_tiles = args.totals[2];
+  const int items = col_tiles * row_tiles;
+  if (tid < 128) {  // producer warpgroup
+    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_dec<PRODUCER_REGS>();
+    // Weight box g of k tile kt: the BLOCK_N weight rows of columns n0.. in set g (stacked: from n0
+    // + the up rows' offset; interleaved: every second row from 2 n0 + g, the map steps by 2). Rows
+    // past the expert's land as zeros; rows past n_out inside it only feed columns the epilogue
+    // skips.
+    auto load_weight_boxes = [&](int slot, int kt, int n0, int expert) {
+#pragma unroll
+      for (int g = 0; g < T::G; ++g)
+        sm90::tma_load_3d(smem_b + slot * T::B_STAGE + g * BLOCK_N * kRowBytes, args.b_tensor_map, kt * kRowBytes,
+                          activation_is_interleaved(ACT) ? 2 * n0 + g : n0 + g * args.up_row_offset, expert,
+                          full0 + slot * 8);
+    };
+    int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
+    if constexpr (A_TMA) {
+      // Every copy is one bulk tensor copy: thread 0 produces alone.
+      if (tid == 0)
+        for (int item = blockIdx.x; item < items; item += gridDim.x) {
+          int tile, n0;
+          walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+          const int expert = args.tile_expert[tile];
+          for (int i = 0; i < local_tiles; ++i, ++it) {
+            const int slot = it % STAGES;
+            sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
+            sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::A_STAGE + T::B_STAGE);
+            sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, (kt_begin + i) * kRowBytes,
+                              tile * BLOCK_M, 0, full0 + slot * 8);
+            load_weight_boxes(slot, kt_begin + i, n0, expert);
+          }
+        }
+    } else {
+      ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, true> loader;  // A rows only
+      for (int item = blockIdx.x; item < items; item += gridDim.x) {
+        int tile, n0;
+        walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+        const int expert = args.tile_expert[tile];
+        loader.init(args, tile * BLOCK_M, n0, expert, tid);
+        for (int i = 0; i < local_tiles; ++i, ++it) {
+          const int slot = it % STAGES;
+          sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
+          loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
+          if (tid == 0) {
+            sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::B_STAGE);
+            load_weight_boxes(slot, kt_begin + i, n0, expert);
+          }
+          sm90::cp_async_mbar_arrive(full0 + slot * 8);
+        }
+      }
+    }
+    sm80::cp_async_wait<0>();
+  } else {  // consumer warpgroups
+    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_inc<CONSUMER_REGS>();
+    // Group g (ping-pong) takes the CTA's items g, g + 2, ...; its thread gtid, warpgroup wg of
+    // the tile (64 rows each).
+    const int ctid = tid - 128, lane = tid & 31, group = PINGPONG ? ctid / TILE_THREADS : 0;
+    const int gtid = ctid - group * TILE_THREADS, cwarp = gtid >> 5, wg = cwarp / 4;
+    s_slot += group * BLOCK_M;  // this group's row arrays (moe_wgmma_rows_held)
+    s_arow += group * BLOCK_M;
+    s_weight += group * BLOCK_M;
+    const unsigned turn0 = full0 + 2 * STAGES * 8;  // [2] (ping-pong)
+    float acc[T::G][1][T::NI][4];
+    float* d = &acc[0][0][0][0];
+    float part[BLOCK_SCALED ? T::G * T::NI * 4 : 1];  // fp8 block scales: one k tile's sums
+    // Per-weight-row scales (fp8 channel / tensor; not with ping-pong, whose turn barriers are here).
+    static_assert(!(PINGPONG && EPILOGUE_SCALED), "ping-pong groups would need column scales of their own");
+    float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
+    // The staged epilogue's own tile (StagedTile), after the column scales (the host sizes shared
+    // memory with moe_wgmma_smem_bytes and refuses a staged tile that does not fit).
+    static_assert(!STAGED || moe_wgmma_staging_bytes(ROLE, BLOCK_M, BLOCK_N, STAGES, T::G == 2, true) > 0,
+                  "the staged tile fits beside the ring");
+    static_assert(!(PINGPONG && STAGED), "ping-pong groups would need staging tiles of their own");
+    unsigned char* s_out = reinterpret_cast<unsigned char*>(s_col_scale + 256);
+    int it = group * local_tiles;  // the ring's k tile sequence: the CTA's items in order, local_tiles each
+    // Each item's row data is fetched one item ahead, off the critical path: consumer thread gtid <
+    // BLOCK_M (TILE_THREADS = 2 BLOCK_M, or BLOCK_M with ping-pong) holds row gtid's routed slot and
+    // router weight, and the tile's expert. The next tile's slot loads are issued before this tile's
+    // k loop, the weights (which need the slot) after it. Fetched at tile start, these two dependent
+    // round trips were the top stall of GEMM2s with few k tiles (DeepSeek-V3 TP8, K = 256: 4 per tile).
+    static_assert(TILE_THREADS >= BLOCK_M, "a consumer thread per tile row");
+    auto fetch_slot = [&](int item, int& expert) {
+      if (item >= items) return -1;
+      int tile, n0;
+      walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+      expert = args.tile_expert[tile];
+      return gtid < BLOCK_M ? args.gather_index[tile * BLOCK_M + gtid] : -1;
+    };
+    auto fetch_weight = [&](int slot) {
+      return (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
+    };
+    const int stride = GROUPS * gridDim.x;
+    int expert_next = 0;
+    int slot_next = fetch_slot(blockIdx.x + group * gridDim.x, expert_next);
+    float weight_next = fetch_weight(slot_next);
+    for (int item = blockIdx.x + group * gridDim.x, turn = 0; item < items; item += stride, ++turn) {
+      int tile, n0;
+      walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
+      const int expert = expert_next, row0 = tile * BLOCK_M;
+      sm90::named_barrier(1 + group, TILE_THREADS);  // the previous tile's epilogue is done with the row arrays
+      if (gtid < BLOCK_M) {
+        s_slot[gtid] = slot_next;
+        s_arow[gtid] = slot_next < 0 ? -1 : (ROLE == kRoleGemm1 ? slot_next / args.top_k : row0 + gtid);
+        s_weight[gtid] = weight_next;
+      }
+      if constexpr (EPILOGUE_SCALED)
+        column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, gtid, TILE_THREADS, s_col_scale);
+      sm90::named_barrier(1 + group, TILE_THREADS);
+      slot_next = fetch_slot(item + stride, expert_next);
+  #pragma unroll
+      for (int e = 0; e < T::G * T::NI * 4; ++e) d[e] = 0.f;
+      // Ping-pong: group 1's item n follows group 0's item n, group 0's item n (n >= 1) group 1's
+      // item n - 1: wait for the other group's turn-barrier phase of that item.
+      if constexpr (PINGPONG)
+        if (group == 1 || turn > 0) sm90::mbar_wait(turn0 + group * 8, (group == 1 ? turn : turn - 1) & 1);
+      int held = -1;  // the slot whose wgmma may still run
+      for (int i = 0; i < local_tiles; ++i, ++it) {
+        const int slot = it % STAGES;
+        float a_sc[2], b_sc[T::G];
+        if constexpr (BLOCK_SCALED)  // fetched before the wait: their latency overlaps it
+          block_scales<ACT, T::G>(args, s_arow, wg * 64 + (cwarp % 4) * 16 + (lane >> 2), n0, expert, kt_begin + i,
+                                  a_sc, b_sc);
+        sm90::mbar_wait(full0 + slot * 8, (it / STAGES) & 1);
+        sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
+        sm90::fence();
+        const unsigned long long desc_a = sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes);
+        const unsigned long long desc_b = sm90::sw128_desc(smem_b + slot * T::B_STAGE);
+        if constexpr (BLOCK_SCALED) {
+          // The sums of each k tile are scaled before they join d: wait for this one, free its slot,
+          // promote. The other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile.
+          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(part, desc_a, desc_b, 0);
+          sm90::commit();
+          sm90::wait<0>();
+          sm90::mbar_arrive(empty0 + slot * 8);
+          promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
+        } else {
+          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, desc_b);
+          sm90::commit();
+          sm90::wait<1>();
+          if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
+          held = slot;
+        }
+      }
+      // Ping-pong: every wgmma of this item is issued and every `full` wait of its k tiles passed:
+      // the other group's k loop may start (its first tile's fill is then at most one phase ahead).
+      if constexpr (PINGPONG) sm90::mbar_arrive(turn0 + (1 - group) * 8);
+      it += (GROUPS - 1) * local_tiles;  // the other group's item
+      sm90::wait<0>();
+      if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
+      weight_next = fetch_weight(slot_next);  // lands during the epilogue
+  #pragma unroll
+      for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
+      if constexpr (STAGED) {
+        // The previous tile's rows have left the staging tile (their bulk copies were issued a k
+        // loop ago: the wait is normally over at once).
+        if (gtid < BLOCK_M) sm90::bulk_wait_read();
+        sm90::named_barrier(1, CONSUMERS);
+        const StagedTile<ROLE, DTYPE, BLOCK_N> out{s_out, n0};
+        moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
+                                                                      expert, s_slot, s_arow, s_weight, s_col_scale, out);
+        sm90::fence_proxy_async();  // the staged tile -> the copy engine
+        sm90::named_barrier(1, CONSUMERS);
+        // Left in flight: the copies overlap the next tile's k loop.
+        if (gtid < BLOCK_M && s_slot[gtid] >= 0) out.store_row(args, row0, gtid, s_slot[gtid]);
+      } else {
+        moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
+                                                                      expert, s_slot, s_arow, s_weight, s_col_scale,
+                                                                      moe_store::DirectSink<ROLE, DTYPE>{args, row0});
+      }
+    }
+    if constexpr (STAGED)
+      if (gtid < BLOCK_M) sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
+  }
+}
+#endif
+
+}  // namespace moe_wgmma_detail
+}  // namespace moejit
