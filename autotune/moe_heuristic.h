@@ -43,6 +43,10 @@ struct GemmTile {
   // epilogue runs under the other's wgmmas ("pp"). Not in the tuner's space yet (written in a
   // session without device time: GPU tests and bench A/B first).
   bool pingpong = false;
+  // multicast (persistent wgmma GEMM1 tiles of gated activations): clusters of two CTAs walk pairs
+  // of row tiles; where both are one expert's each CTA copies one weight box into both ("mc"),
+  // halving the weight bytes read out of L2. Not in the tuner's space yet (as pingpong).
+  bool multicast = false;
   bool operator==(const GemmTile&) const = default;
 };
 

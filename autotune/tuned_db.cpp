@@ -49,6 +49,7 @@ nlohmann::json tile_to_json(const GemmTile& t) {
   if (t.staged) j["staged"] = true;          // absent = false
   if (t.walk_rows) j["walk_rows"] = t.walk_rows;  // absent = 0 (the default walk)
   if (t.pingpong) j["pingpong"] = true;            // absent = false
+  if (t.multicast) j["multicast"] = true;          // absent = false
   return j;
 }
 GemmTile tile_kind_from_json(const nlohmann::json& j) {
@@ -70,9 +71,10 @@ GemmTile tile_kind_from_json(const nlohmann::json& j) {
 GemmTile tile_from_json(const nlohmann::json& j) {
   GemmTile t = tile_kind_from_json(j);
   // Read on every kind of tile: the config's check (moe_expert_kernel_specs, when a layer takes it)
-  // refuses them on the kernels that do not walk / have no consumer groups.
+  // refuses them on the kernels that do not walk / have no consumer groups / no clusters.
   t.walk_rows = j.value("walk_rows", 0);
   t.pingpong = j.value("pingpong", false);
+  t.multicast = j.value("multicast", false);
   return t;
 }
 }  // namespace

@@ -80,6 +80,10 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
           t->pingpong = true;
           if (!config_fits(s, config, limits)) t->pingpong = false;
         }
+      if (ctx.multicast && config.gemm1.persistent) {
+        config.gemm1.multicast = true;
+        if (!config_fits(s, config, limits)) config.gemm1.multicast = false;
+      }
       auto forward = [&](const MoeForwardArgs& a) { layer.forward_with_config(ctx.stream, a, config); };
       auto args = [&](int set) {
         MoeDevicePointers p;

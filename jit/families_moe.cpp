@@ -232,6 +232,10 @@ FamilyInfo moe_gemm_wgmma_family() {
                 "1 (persistent, block_m 64): two consumer warpgroups take alternate tiles, their k loops in turn, so "
                 "that one's epilogue runs under the other's wgmmas; 0: one consumer warpgroup per 64 rows of a tile",
                 0, 0, 1),
+      int_param("multicast", "MULTICAST",
+                "1 (persistent gated GEMM1): clusters of two CTAs on pairs of one expert's row tiles, each CTA "
+                "copying one weight box (gate / up) into both (launched with cluster dims 2); 0: no clusters",
+                0, 0, 1),
       derived_int("block_k", "", "k per tile: one 128-byte swizzled row (64 16-bit or 128 e4m3 elements)"),
       derived_int("threads", "",
                   "threads per CTA = 128 per 64 rows (ping-pong: per group's tile) (+ 128 producer threads when "
@@ -290,6 +294,12 @@ FamilyInfo moe_gemm_wgmma_family() {
                               "epilogue and no per-channel / per-tensor fp8 scales (persistent {}, block_m {}, "
                               "staged_epilogue {}, quant {})",
                               persistent ? 1 : 0, bm, staged ? 1 : 0, s.get_string("quant")));
+    const bool multicast = s.get_int("multicast") != 0;
+    if (multicast && (!persistent || role != kRoleGemm1 || !gated || pingpong))
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: multicast = 1 needs the persistent variant's GEMM1 with a gated "
+                              "activation and no ping-pong groups (persistent {}, role {}, activation {}, pingpong {})",
+                              persistent ? 1 : 0, s.get_string("role"), s.get_string("activation"), pingpong ? 1 : 0));
     const std::int64_t smem = moe_wgmma_smem_bytes(role, int(bm), int(bn), int(stages), gated, staged);
     const std::int64_t static_smem = moe_gemm_static_smem_bytes(moe_wgmma_rows_held(int(bm), pingpong));
     if (smem + static_smem > kMaxSharedBytes)

@@ -22,7 +22,7 @@ namespace moejit {
   X(cuMemcpyHtoDAsync) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                  \
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch)              \
   X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)       \
-  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuTensorMapEncodeTiled)
+  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuTensorMapEncodeTiled) X(cuOccupancyMaxActiveClusters)
 
 class DriverApi {
  public:

@@ -35,36 +35,67 @@ void Kernel::launch_raw(CUstream stream, const LaunchShape& s, void** params) co
                                            resources_.max_threads_per_block));
   if (s.grid_x == 0 || s.grid_y == 0 || s.grid_z == 0)
     throw Error(Phase::Launch, fmt::format("{}: empty grid {}x{}x{}", name_, s.grid_x, s.grid_y, s.grid_z));
-  if (static_cast<int>(s.dynamic_shared_bytes) > dynamic_shared_limit_) {
-    const CUresult r = api_->cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                static_cast<int>(s.dynamic_shared_bytes));
-    if (r != CUDA_SUCCESS)
-      throw Error(Phase::Launch, fmt::format("{}: {} bytes of dynamic shared memory (+ {} static) exceed what the "
-                                             "device allows: {}", name_, s.dynamic_shared_bytes,
-                                             resources_.static_shared_bytes, api_->error_name(r)));
-    dynamic_shared_limit_ = static_cast<int>(s.dynamic_shared_bytes);
-  }
-  if (s.overlap_previous) {
-    CUlaunchAttribute attribute{};
-    attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attribute.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig config{};
-    config.gridDimX = s.grid_x;
-    config.gridDimY = s.grid_y;
-    config.gridDimZ = s.grid_z;
-    config.blockDimX = s.block_x;
-    config.blockDimY = s.block_y;
-    config.blockDimZ = s.block_z;
-    config.sharedMemBytes = s.dynamic_shared_bytes;
-    config.hStream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+  if (s.cluster_x == 0 || s.grid_x % s.cluster_x != 0)
+    throw Error(Phase::Launch, fmt::format("{}: grid x {} is not a multiple of the cluster's {} CTAs", name_, s.grid_x,
+                                           s.cluster_x));
+  allow_dynamic_shared(s.dynamic_shared_bytes);
+  if (s.overlap_previous || s.cluster_x > 1) {
+    CUlaunchAttribute attributes[2];
+    const CUlaunchConfig config = launch_config(stream, s, attributes);
     MOEJIT_CHECK_CU(*api_, Launch, cuLaunchKernelEx(&config, fn_, params, nullptr));
     return;
   }
   MOEJIT_CHECK_CU(*api_, Launch,
                   cuLaunchKernel(fn_, s.grid_x, s.grid_y, s.grid_z, s.block_x, s.block_y, s.block_z,
                                  s.dynamic_shared_bytes, stream, params, nullptr));
+}
+
+void Kernel::allow_dynamic_shared(unsigned bytes) const {
+  if (static_cast<int>(bytes) <= dynamic_shared_limit_) return;
+  const CUresult r = api_->cuFuncSetAttribute(fn_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(bytes));
+  if (r != CUDA_SUCCESS)
+    throw Error(Phase::Launch, fmt::format("{}: {} bytes of dynamic shared memory (+ {} static) exceed what the "
+                                           "device allows: {}", name_, bytes, resources_.static_shared_bytes,
+                                           api_->error_name(r)));
+  dynamic_shared_limit_ = static_cast<int>(bytes);
+}
+
+CUlaunchConfig Kernel::launch_config(CUstream stream, const LaunchShape& s, CUlaunchAttribute* attributes) const {
+  CUlaunchConfig config{};
+  config.gridDimX = s.grid_x;
+  config.gridDimY = s.grid_y;
+  config.gridDimZ = s.grid_z;
+  config.blockDimX = s.block_x;
+  config.blockDimY = s.block_y;
+  config.blockDimZ = s.block_z;
+  config.sharedMemBytes = s.dynamic_shared_bytes;
+  config.hStream = stream;
+  config.attrs = attributes;
+  config.numAttrs = 0;
+  if (s.overlap_previous) {
+    CUlaunchAttribute& a = attributes[config.numAttrs++];
+    a = CUlaunchAttribute{};
+    a.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    a.value.programmaticStreamSerializationAllowed = 1;
+  }
+  if (s.cluster_x > 1) {
+    CUlaunchAttribute& a = attributes[config.numAttrs++];
+    a = CUlaunchAttribute{};
+    a.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    a.value.clusterDim.x = s.cluster_x;
+    a.value.clusterDim.y = 1;
+    a.value.clusterDim.z = 1;
+  }
+  return config;
+}
+
+int Kernel::max_active_clusters(const LaunchShape& s) const {
+  allow_dynamic_shared(s.dynamic_shared_bytes);
+  CUlaunchAttribute attributes[2];
+  const CUlaunchConfig config = launch_config(nullptr, s, attributes);
+  int clusters = 0;
+  MOEJIT_CHECK_CU(*api_, Launch, cuOccupancyMaxActiveClusters(&clusters, fn_, &config));
+  return clusters;
 }
 
 Module::Module(std::shared_ptr<DriverApi> api, const std::string& cubin,

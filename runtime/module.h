@@ -30,6 +30,8 @@ struct LaunchShape {
   // Programmatic dependent launch (sm_90+): the kernel may start while the previous kernel on the
   // stream finishes; it must execute griddepcontrol.wait before touching that kernel's output.
   bool overlap_previous = false;
+  // Thread-block clusters along x (sm_90+): grid_x must be a multiple of it; 1 = none.
+  unsigned cluster_x = 1;
 };
 
 class Kernel {
@@ -48,6 +50,10 @@ class Kernel {
     launch_raw(stream, shape, params);
   }
   void launch_raw(CUstream stream, const LaunchShape& shape, void** params) const;
+  // Clusters of shape.cluster_x CTAs (block and dynamic shared memory as in shape) the device can
+  // hold at once (cuOccupancyMaxActiveClusters): a persistent grid of clusters larger than that
+  // would run in waves.
+  int max_active_clusters(const LaunchShape& shape) const;
 
  private:
   std::shared_ptr<DriverApi> api_;
@@ -55,6 +61,9 @@ class Kernel {
   std::string name_;
   KernelResources resources_;
   mutable int dynamic_shared_limit_ = 0;  // dynamic bytes allowed now (set in the constructor)
+  void allow_dynamic_shared(unsigned bytes) const;  // raises the limit where asked for more
+  // The driver's launch configuration for shape (attributes stored in `attributes`, at least 2).
+  CUlaunchConfig launch_config(CUstream stream, const LaunchShape& shape, CUlaunchAttribute* attributes) const;
 };
 
 class Module {

@@ -116,6 +116,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                    c.describe());
     MOEJIT_REQUIRE(!t.pingpong || t.persistent, "moe: tile config {}: only persistent wgmma tiles have ping-pong groups",
                    c.describe());
+    MOEJIT_REQUIRE(!t.multicast || (t.persistent && gemm1),
+                   "moe: tile config {}: only a persistent wgmma GEMM1 multicasts its weight tiles", c.describe());
     MOEJIT_REQUIRE(t.walk_rows == 0 || t.wgmma,
                    "moe: tile config {}: only wgmma tiles walk their tiles in groups (walk_rows = {} on {})", c.describe(),
                    t.walk_rows, role);
@@ -135,7 +137,8 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                                      {"stages", std::int64_t(t.stages)},
                                      {"persistent", std::int64_t(t.persistent ? 1 : 0)},
                                      {"staged_epilogue", std::int64_t(t.staged ? 1 : 0)},
-                                     {"pingpong", std::int64_t(t.pingpong ? 1 : 0)}});
+                                     {"pingpong", std::int64_t(t.pingpong ? 1 : 0)},
+                                     {"multicast", std::int64_t(t.multicast ? 1 : 0)}});
     }
     if (t.swap_ab) {
       MOEJIT_REQUIRE(swap_ab_supported(spec, gemm1),

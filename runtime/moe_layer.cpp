@@ -205,6 +205,11 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool
   k->gemm1_b_tma = wgmma_flag(specs[0], "b_tma");
   k->gemm2_b_tma = wgmma_flag(specs[1], "b_tma");
   k->gemm2_a_tma = wgmma_flag(specs[1], "a_tma");
+  if (wgmma_flag(specs[0], "multicast")) {
+    k->gemm1_clusters = k->gemm1->max_active_clusters({2, 1, 1, k->gemm1_threads, 1, 1, k->gemm1_smem, false, 2});
+    MOEJIT_REQUIRE(k->gemm1_clusters > 0, "moe: tile config {}: the device holds no cluster of two {}-thread CTAs with "
+                   "{} bytes of shared memory each", config.describe(), k->gemm1_threads, k->gemm1_smem);
+  }
   log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), config.describe());
   kernels_.push_back(std::move(k));
   return *kernels_.back();
@@ -343,7 +348,8 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   auto wave = [&](const Kernel& kernel, unsigned threads, unsigned smem) {  // CTAs resident at once
     return static_cast<long long>(device.sm_count) * resident_ctas_per_sm(kernel, threads, smem, device);
   };
-  const long long wave1 = wave(*k.gemm1, k.gemm1_threads, k.gemm1_smem);
+  // (A multicast GEMM1's wave: the clusters of two the device holds at once.)
+  const long long wave1 = k.gemm1_clusters > 0 ? 2LL * k.gemm1_clusters : wave(*k.gemm1, k.gemm1_threads, k.gemm1_smem);
   const long long wave2 = wave(*k.gemm2, k.gemm2_threads, k.gemm2_smem);
   // k tiles of each GEMM (blocks of the swap-AB kernel), and how many of them each split takes.
   const int k_tiles1 = (spec_.hidden + k.gemm1_block_k - 1) / k.gemm1_block_k;
@@ -469,8 +475,10 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     const long long per_split = std::max<long long>(1, wave / splits);
     return std::pair<unsigned, unsigned>(unsigned(std::min<long long>(static_cast<long long>(gx) * max_tiles, per_split)), 1u);
   };
-  const auto [g1x, g1y] = gemm_grid(k.gemm1_persistent, gx1, wave1, splits1);
-  k.gemm1->launch(stream, {g1x, g1y, unsigned(splits1), k.gemm1_threads, 1, 1, k.gemm1_smem, overlap},
+  auto [g1x, g1y] = gemm_grid(k.gemm1_persistent, gx1, wave1, splits1);
+  const unsigned cluster1 = k.gemm1_clusters > 0 ? 2 : 1;
+  g1x = (g1x + cluster1 - 1) / cluster1 * cluster1;  // whole clusters (wave1 is even)
+  k.gemm1->launch(stream, {g1x, g1y, unsigned(splits1), k.gemm1_threads, 1, 1, k.gemm1_smem, overlap, cluster1},
                   g);
   if (!spec_.fused) {
     if (hooks && hooks->after_gemm1) hooks->after_gemm1(stream, stage);

@@ -31,6 +31,9 @@ struct MoeLayer::Kernels {
   // read weights through a tensor map the forward encodes (MoeGemmArgs::b_tensor_map).
   bool gemm1_persistent = false, gemm2_persistent = false, gemm1_b_tma = false, gemm2_b_tma = false,
        gemm2_a_tma = false;
+  // GEMM1 multicasting its weight tiles over clusters of two CTAs: the clusters the device holds at
+  // once (its persistent grid is twice that at most); 0 = no clusters.
+  int gemm1_clusters = 0;
 };
 
 struct MoeLayer::Workspace {

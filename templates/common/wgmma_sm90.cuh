@@ -91,6 +91,30 @@ __device__ inline void tma_load_3d(unsigned dst, const void* tmap, int c0, int c
       "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
       : "memory");
 }
+// The same copy multicast: the box lands at dst in every CTA of the cluster that cta_mask names (bit
+// r: rank r), and counts its bytes on the barrier at bar's offset in each of them.
+__device__ inline void tma_load_3d_multicast(unsigned dst, const void* tmap, int c0, int c1, int c2, unsigned bar,
+                                             unsigned short cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(tmap), "r"(c0), "r"(c1), "r"(c2), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+// Arrives on the barrier at bar's shared-memory offset in CTA `rank` of this cluster (release at
+// cluster scope: this thread's earlier accesses are ordered before it).
+__device__ inline void mbar_arrive_cluster(unsigned bar, unsigned rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+// Every thread of every CTA of the cluster (warps converged) meets here; shared-memory accesses
+// before it are visible to the cluster after it.
+__device__ inline void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 __device__ inline void prefetch_tensor_map(const void* tmap) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(tmap) : "memory");
 }

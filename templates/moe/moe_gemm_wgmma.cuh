@@ -124,7 +124,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_min_ctas(int act, int quant, int bloc
   return !persistent && quant != kQuantFp8Block && (activation_is_gated(act) ? 2 : 1) * block_n <= 128 ? 2 : 1;
 }
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, int PERSISTENT, int STAGED,
-          int PINGPONG>
+          int PINGPONG, int MULTICAST>
 __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT, PINGPONG),
                                   moe_wgmma_min_ctas(ACT, QUANT, BLOCK_N, PERSISTENT))
     moe_gemm_wgmma_kernel(const __grid_constant__ MoeGemmArgs args) {
@@ -132,6 +132,7 @@ __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT, PINGPON
   static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
   static_assert(!STAGED || PERSISTENT, "the plain variant always stages its tile in the idle ring");
   static_assert(!PINGPONG || PERSISTENT, "ping-pong groups are the persistent variant's");
+  static_assert(!MULTICAST || PERSISTENT, "multicast pairs are the persistent variant's");
 #if MOEJIT_HAS_WGMMA
   using T = moe_wgmma_detail::Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
   pdl::wait();
@@ -153,7 +154,8 @@ __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT, PINGPON
   const int local_tiles = min(k_tiles, kt_begin + per_split) - kt_begin;
   if constexpr (PERSISTENT) {
     auto* bars = reinterpret_cast<unsigned long long*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE));
-    moe_wgmma_detail::persistent_tiles<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES, STAGED != 0, PINGPONG != 0>(
+    moe_wgmma_detail::persistent_tiles<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES, STAGED != 0, PINGPONG != 0,
+                                       MULTICAST != 0>(
         args, s_a, kt_begin, local_tiles, s_slot, s_arow, s_weight, bars);
   } else {
     moe_wgmma_detail::plain_tile<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES>(args, s_a, kt_begin, local_tiles,

@@ -40,11 +40,12 @@ struct ChunkLoader {
   const unsigned char* b_base;  // the expert's weights + this thread's chunk
   int tid;
 
-  __device__ void init(const MoeGemmArgs& args, int row0, int n0, int expert, int thread) {
+  // rows_valid = false: a tile past the tile map (a multicast pair's missing half): zero rows.
+  __device__ void init(const MoeGemmArgs& args, int row0, int n0, int expert, int thread, bool rows_valid = true) {
     tid = thread;
 #pragma unroll
     for (int i = 0; i < A_LOADS; ++i) {
-      const int r = (tid + i * THREADS) / 8, slot = args.gather_index[row0 + r];
+      const int r = (tid + i * THREADS) / 8, slot = rows_valid ? args.gather_index[row0 + r] : -1;
       a_row[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + r);
     }
 #pragma unroll

@@ -21,7 +21,16 @@ namespace moe_wgmma_detail {
 // last wgmma of the item before (turn barriers), so the k loops alternate and each group's epilogue
 // runs under the other's wgmmas. The turns also keep a group from waiting on a slot's `full` barrier
 // more than one phase ahead of the producer (its parity would then pass on an older phase).
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED, bool PINGPONG>
+// MULTICAST (gated GEMM1): CTAs 2c and 2c + 1 form a cluster and walk pairs of row tiles (2p, 2p + 1)
+// of one column tile together. Where both are one expert's, rank 0 copies the gate box and rank 1
+// the up box of every k tile, each multicast into both CTAs' ring (each CTA's `full` barrier still
+// expects the whole B stage; the peer's bytes land in the phase they belong to, since the peer
+// copies only once this CTA's consumers have freed the slot); else each loads both boxes itself.
+// Every consumer warp also arrives on the peer's `empty` barrier, so that a slot is refilled only
+// once both CTAs are done with it. A pair's missing second tile (odd tile count) runs as zero rows
+// that store nothing. Each weight tile then leaves L2 once per pair, not once per row tile.
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED, bool PINGPONG,
+          bool MULTICAST>
 __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* s_a, int kt_begin, int local_tiles,
                                         int* s_slot, int* s_arow, float* s_weight, unsigned long long* bars) {
   using T = Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
@@ -29,6 +38,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   constexpr int TILE_THREADS = T::CONSUMER_THREADS;             // consumer threads of one tile
   constexpr int CONSUMERS = GROUPS * TILE_THREADS;
   static_assert(!PINGPONG || BLOCK_M == 64, "ping-pong groups are one warpgroup each");
+  static_assert(!MULTICAST || (ROLE == kRoleGemm1 && T::G == 2 && !PINGPONG),
+                "multicast: gated GEMM1 (a box per rank), one consumer group");
   constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
   constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
   // Registers after setmaxnreg (two consumer warpgroups): the producer keeps its rows and their
@@ -45,6 +56,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   static_assert(moe_wgmma_b_by_tma(true), "the persistent variant reads weight tiles by bulk tensor copies");
   constexpr bool A_TMA = moe_wgmma_a_by_tma(ROLE, true);
   const int tid = threadIdx.x;
+  // Multicast: this CTA's rank in its cluster of two, the cluster, and the clusters of the grid;
+  // the work items walk pairs of row tiles ("units").
+  const int rank = MULTICAST ? blockIdx.x & 1 : 0;
+  const int first = MULTICAST ? blockIdx.x >> 1 : blockIdx.x, walkers = MULTICAST ? gridDim.x >> 1 : gridDim.x;
   const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
   const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
   if (tid == 0) {
@@ -54,59 +69,81 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       // Arrivals per fill: thread 0's expected-bytes arrival for the boxes, plus one (async) per
       // producer thread's A copies when A comes by cp.async.
       sm90::mbar_init(full0 + s * 8, A_TMA ? 1 : 1 + 128);
-      sm90::mbar_init(empty0 + s * 8, TILE_THREADS);  // one arrival per consumer thread of the tile's group
+      // One arrival per consumer thread of the tile's group (multicast: + one per consumer warp of the peer).
+      sm90::mbar_init(empty0 + s * 8, TILE_THREADS + (MULTICAST ? TILE_THREADS / 32 : 0));
     }
     if constexpr (PINGPONG)  // turn0 + 8 g: group g may start its next k loop (the other group's arrivals)
       for (int g = 0; g < 2; ++g) sm90::mbar_init(sm80::smem_addr(bars) + (2 * STAGES + g) * 8, TILE_THREADS);
     sm90::fence_mbar_init();
   }
-  __syncthreads();
+  if constexpr (MULTICAST)
+    sm90::cluster_sync();  // both CTAs' barriers are set up before either copies into or arrives on the other's
+  else
+    __syncthreads();
   const int col_tiles = (args.n_out + BLOCK_N - 1) / BLOCK_N, row_tiles = args.totals[2];
-  const int items = col_tiles * row_tiles;
+  const int units = MULTICAST ? (row_tiles + 1) / 2 : row_tiles;
+  const int items = col_tiles * units;
+  // Work item -> this CTA's row tile (rows_valid: inside the tile map), first column, expert, and
+  // whether the pair's weight boxes are multicast (both CTAs compute the same).
+  struct Work {
+    int tile, n0, expert;
+    bool rows_valid, multicast;
+  };
+  auto locate = [&](int item) {
+    Work w;
+    int unit;
+    walk_item(args, item, col_tiles, units, BLOCK_N, unit, w.n0);
+    w.tile = MULTICAST ? 2 * unit + rank : unit;
+    w.rows_valid = w.tile < row_tiles;
+    w.expert = args.tile_expert[w.rows_valid ? w.tile : w.tile - 1];
+    w.multicast = MULTICAST && 2 * unit + 1 < row_tiles && args.tile_expert[2 * unit] == args.tile_expert[2 * unit + 1];
+    return w;
+  };
   if (tid < 128) {  // producer warpgroup
     if constexpr (CONSUMERS == 256) sm90::setmaxnreg_dec<PRODUCER_REGS>();
     // Weight box g of k tile kt: the BLOCK_N weight rows of columns n0.. in set g (stacked: from n0
     // + the up rows' offset; interleaved: every second row from 2 n0 + g, the map steps by 2). Rows
     // past the expert's land as zeros; rows past n_out inside it only feed columns the epilogue
     // skips.
-    auto load_weight_boxes = [&](int slot, int kt, int n0, int expert) {
+    // Multicast pairs: box g by rank g only, into both CTAs.
+    auto load_weight_boxes = [&](int slot, int kt, int n0, int expert, bool multicast) {
 #pragma unroll
-      for (int g = 0; g < T::G; ++g)
-        sm90::tma_load_3d(smem_b + slot * T::B_STAGE + g * BLOCK_N * kRowBytes, args.b_tensor_map, kt * kRowBytes,
-                          activation_is_interleaved(ACT) ? 2 * n0 + g : n0 + g * args.up_row_offset, expert,
-                          full0 + slot * 8);
+      for (int g = 0; g < T::G; ++g) {
+        const unsigned dst = smem_b + slot * T::B_STAGE + g * BLOCK_N * kRowBytes;
+        const int row = activation_is_interleaved(ACT) ? 2 * n0 + g : n0 + g * args.up_row_offset;
+        if (!multicast)
+          sm90::tma_load_3d(dst, args.b_tensor_map, kt * kRowBytes, row, expert, full0 + slot * 8);
+        else if (g == rank)
+          sm90::tma_load_3d_multicast(dst, args.b_tensor_map, kt * kRowBytes, row, expert, full0 + slot * 8, 0x3);
+      }
     };
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
     if constexpr (A_TMA) {
       // Every copy is one bulk tensor copy: thread 0 produces alone.
       if (tid == 0)
-        for (int item = blockIdx.x; item < items; item += gridDim.x) {
-          int tile, n0;
-          walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
-          const int expert = args.tile_expert[tile];
+        for (int item = first; item < items; item += walkers) {
+          const Work w = locate(item);
           for (int i = 0; i < local_tiles; ++i, ++it) {
             const int slot = it % STAGES;
             sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
             sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::A_STAGE + T::B_STAGE);
             sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, (kt_begin + i) * kRowBytes,
-                              tile * BLOCK_M, 0, full0 + slot * 8);
-            load_weight_boxes(slot, kt_begin + i, n0, expert);
+                              w.tile * BLOCK_M, 0, full0 + slot * 8);
+            load_weight_boxes(slot, kt_begin + i, w.n0, w.expert, w.multicast);
           }
         }
     } else {
       ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, true> loader;  // A rows only
-      for (int item = blockIdx.x; item < items; item += gridDim.x) {
-        int tile, n0;
-        walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
-        const int expert = args.tile_expert[tile];
-        loader.init(args, tile * BLOCK_M, n0, expert, tid);
+      for (int item = first; item < items; item += walkers) {
+        const Work w = locate(item);
+        loader.init(args, w.tile * BLOCK_M, w.n0, w.expert, tid, w.rows_valid);
         for (int i = 0; i < local_tiles; ++i, ++it) {
           const int slot = it % STAGES;
           sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
           loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
           if (tid == 0) {
             sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::B_STAGE);
-            load_weight_boxes(slot, kt_begin + i, n0, expert);
+            load_weight_boxes(slot, kt_begin + i, w.n0, w.expert, w.multicast);
           }
           sm90::cp_async_mbar_arrive(full0 + slot * 8);
         }
@@ -144,22 +181,29 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     static_assert(TILE_THREADS >= BLOCK_M, "a consumer thread per tile row");
     auto fetch_slot = [&](int item, int& expert) {
       if (item >= items) return -1;
-      int tile, n0;
-      walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
-      expert = args.tile_expert[tile];
-      return gtid < BLOCK_M ? args.gather_index[tile * BLOCK_M + gtid] : -1;
+      const Work w = locate(item);
+      expert = w.expert;
+      return gtid < BLOCK_M && w.rows_valid ? args.gather_index[w.tile * BLOCK_M + gtid] : -1;
+    };
+    // A slot this group is done with (its wgmmas have read it); multicast: the peer's producer
+    // writes into it too, so one arrival per warp goes to the peer's barrier as well.
+    auto release = [&](int slot) {
+      sm90::mbar_arrive(empty0 + slot * 8);
+      if constexpr (MULTICAST) {
+        __syncwarp();
+        if (lane == 0) sm90::mbar_arrive_cluster(empty0 + slot * 8, rank ^ 1);
+      }
     };
     auto fetch_weight = [&](int slot) {
       return (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
     };
-    const int stride = GROUPS * gridDim.x;
+    const int stride = GROUPS * walkers;
     int expert_next = 0;
-    int slot_next = fetch_slot(blockIdx.x + group * gridDim.x, expert_next);
+    int slot_next = fetch_slot(first + group * walkers, expert_next);
     float weight_next = fetch_weight(slot_next);
-    for (int item = blockIdx.x + group * gridDim.x, turn = 0; item < items; item += stride, ++turn) {
-      int tile, n0;
-      walk_item(args, item, col_tiles, row_tiles, BLOCK_N, tile, n0);
-      const int expert = expert_next, row0 = tile * BLOCK_M;
+    for (int item = first + group * walkers, turn = 0; item < items; item += stride, ++turn) {
+      const Work w = locate(item);
+      const int n0 = w.n0, expert = expert_next, row0 = w.tile * BLOCK_M;
       sm90::named_barrier(1 + group, TILE_THREADS);  // the previous tile's epilogue is done with the row arrays
       if (gtid < BLOCK_M) {
         s_slot[gtid] = slot_next;
@@ -194,13 +238,13 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           mma_k_tile<DTYPE, QUANT, T::B_ROWS>(part, desc_a, desc_b, 0);
           sm90::commit();
           sm90::wait<0>();
-          sm90::mbar_arrive(empty0 + slot * 8);
+          release(slot);
           promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
         } else {
           mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, desc_b);
           sm90::commit();
           sm90::wait<1>();
-          if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
+          if (held >= 0) release(held);
           held = slot;
         }
       }
@@ -209,7 +253,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       if constexpr (PINGPONG) sm90::mbar_arrive(turn0 + (1 - group) * 8);
       it += (GROUPS - 1) * local_tiles;  // the other group's item
       sm90::wait<0>();
-      if (held >= 0) sm90::mbar_arrive(empty0 + held * 8);
+      if (held >= 0) release(held);
       weight_next = fetch_weight(slot_next);  // lands during the epilogue
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
@@ -234,6 +278,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     if constexpr (STAGED)
       if (gtid < BLOCK_M) sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
   }
+  // Multicast: neither CTA leaves while the other may still copy into its ring or arrive on its barriers.
+  if constexpr (MULTICAST) sm90::cluster_sync();
 }
 #endif
 

@@ -572,3 +572,51 @@ TEST_CASE("autotune: ping-pong consumer groups: kernel spec, round trip, describ
   c.gemm2.block_n = 128;
   CHECK(moe_expert_kernel_specs(block, c, "sm_90a")[0].get_int("pingpong") == 1);
 }
+
+TEST_CASE("autotune: GEMM1 weight multicast over two-CTA clusters: kernel spec, round trip, describe, refusals") {
+  const MoeSpec q = qwen3();  // silu_mul: gated
+  MoeTileConfig c;
+  c.block_m = 128;
+  c.gemm1 = wgmma_tile(128, 4, 0, true);
+  c.gemm2 = wgmma_tile(256, 3, 0, true);
+  const auto plain = moe_expert_kernel_specs(q, c, "sm_90a");
+  c.gemm1.multicast = true;
+  CHECK(c.describe() == "bm128 gemm1[wgmma bn128 s4 ws mc] gemm2[wgmma bn256 s3 ws]");
+  const auto specs = moe_expert_kernel_specs(q, c, "sm_90a");
+  CHECK(specs[0].get_int("multicast") == 1);
+  CHECK(specs[1].get_int("multicast") == 0);
+  // The same CTA: threads and shared memory as without clusters.
+  CHECK(specs[0].get_int("threads") == plain[0].get_int("threads"));
+  CHECK(specs[0].get_int("smem_bytes") == plain[0].get_int("smem_bytes"));
+  CHECK(config_fits(q, c, {227 * 1024, "sm_90a"}));
+  CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
+  CHECK(tile_config_to_json(c)["gemm1"]["multicast"] == true);
+  CHECK_FALSE(tile_config_to_json(c)["gemm2"].contains("multicast"));
+  // fp8 block scales and interleaved gate / up rows (swigluoai) take it too.
+  MoeSpec block = q;
+  block.quant = kQuantFp8Block;
+  MoeTileConfig b = c;
+  b.gemm1.block_n = 64;
+  b.gemm2.block_n = 128;
+  CHECK(moe_expert_kernel_specs(block, b, "sm_90a")[0].get_int("multicast") == 1);
+  MoeSpec oai = q;
+  oai.activation = kActSwigluOai;
+  CHECK(moe_expert_kernel_specs(oai, c, "sm_90a")[0].get_int("multicast") == 1);
+  // Refused before anything compiles: GEMM2, plain tiles, single-input activations, with ping-pong.
+  MoeTileConfig odd = c;
+  odd.gemm2.multicast = true;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("only a persistent wgmma GEMM1"),
+                       Error);
+  odd = c;
+  odd.gemm1.persistent = false;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("only a persistent wgmma GEMM1"),
+                       Error);
+  MoeSpec relu = q;
+  relu.activation = kActRelu2;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(relu, c, "sm_90a"), doctest::Contains("multicast = 1 needs"), Error);
+  CHECK_FALSE(config_fits(relu, c, {227 * 1024, "sm_90a"}));
+  odd = c;
+  odd.block_m = 64;
+  odd.gemm1.pingpong = true;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("multicast = 1 needs"), Error);
+}

@@ -139,6 +139,9 @@ namespace {
 // the fp64 reference, then checks that the deterministic mode refuses the first case's config with
 // an error naming `kernel`. Returns the forwards checked.
 bool uses_pingpong(const MoeKernelCase& c) { return c.config.gemm1.pingpong || c.config.gemm2.pingpong; }
+bool uses_multicast(const MoeKernelCase& c) { return c.config.gemm1.multicast; }
+// Paths written in a session without device time run as test cases of their own.
+bool own_case(const MoeKernelCase& c) { return uses_pingpong(c) || uses_multicast(c); }
 
 int check_kernel_cases(Runtime& rt, const std::vector<MoeKernelCase>& cases, int seed, const char* kernel) {
   std::vector<KernelSpec> specs;
@@ -210,7 +213,7 @@ TEST_CASE("gpu moe: the wgmma kernel equals the fp64 reference") {
     return;
   }
   auto cases = moe_wgmma_cases();
-  std::erase_if(cases, uses_pingpong);  // their own case below
+  std::erase_if(cases, own_case);  // their own cases below
   const int checked = check_kernel_cases(rt, cases, 2100, "wgmma");
   MESSAGE(fmt::format("{} wgmma forwards checked against the fp64 reference", checked));
 }
@@ -235,13 +238,32 @@ TEST_CASE("gpu moe: ping-pong consumer groups equal the fp64 reference") {
   MESSAGE(fmt::format("{} ping-pong forwards checked against the fp64 reference", checked));
 }
 
+// GEMM1 weight tiles multicast over clusters of two CTAs (pairs of one expert's row tiles; a pair's
+// missing half past the tile map; experts changing inside a pair), as a case of its own.
+TEST_CASE("gpu moe: GEMM1 weight tiles multicast over two-CTA clusters equal the fp64 reference") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe multicast")) return;
+  if (!arch_has_wgmma(rt.device_arch())) {
+    MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
+    return;
+  }
+  std::vector<MoeKernelCase> cases;
+  for (auto& c : moe_wgmma_cases())
+    if (uses_multicast(c)) cases.push_back(c);
+  for (auto& c : moe_rows16_cases())
+    if (uses_multicast(c)) cases.push_back(c);
+  REQUIRE(cases.size() >= 10);
+  const int checked = check_kernel_cases(rt, cases, 2500, "wgmma");
+  MESSAGE(fmt::format("{} multicast forwards checked against the fp64 reference", checked));
+}
+
 // Large batches in the fast mode: GEMM2 stores each routed slot's row in DTYPE and reduce16 sums a
 // token's rows (moe_gemm2_stores_rows16), on every kernel family that can run GEMM2.
 TEST_CASE("gpu moe: GEMM2's DTYPE rows and their top-k sum equal the fp64 reference") {
   Runtime rt(test_options(""));
   if (!gpu_or_skip(rt, "gpu moe rows16")) return;
   auto cases = moe_rows16_cases();
-  std::erase_if(cases, uses_pingpong);  // in the ping-pong case
+  std::erase_if(cases, own_case);  // in the ping-pong and multicast cases
   for (const auto& c : cases) REQUIRE(moe_gemm2_stores_rows16(c.spec, c.config, c.token_counts.front()));
   if (!arch_has_wgmma(rt.device_arch())) {
     MESSAGE("SKIPPED (wgmma cases only): they need sm_90a, this device is " << rt.device_arch());

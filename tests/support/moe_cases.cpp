@@ -297,7 +297,7 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
   for (const MoeSpec& spec : specs) {
     const int g1 = spec.fused && activation_is_gated(spec.activation) ? 2 : 1;  // weight rows per GEMM1 column
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 9; ++variant) {
+      for (int variant = 0; variant < 11; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
         std::vector<int> tokens = {40, 300};
@@ -326,6 +326,13 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
           if (!spec.fused) continue;
           c.gemm1 = wgmma_tile(64 / g1, 6, 0, true, true);
           c.gemm2 = wgmma_tile(256, 3, 0, true, true);
+        } else if (variant >= 9) {  // GEMM1 weight tiles multicast over clusters of two CTAs (gated)
+          if (!(spec.fused && activation_is_gated(spec.activation))) continue;
+          c.gemm1 = variant == 9 ? wgmma_tile(128 / g1, 4, 0, true) : wgmma_tile(64 / g1, 3, 0, true, bm == 64);
+          c.gemm2 = wgmma_tile(256, 4, 0, true);
+          c.gemm1.multicast = true;
+          if (variant == 10) c.gemm1.walk_rows = 3;  // (and a 3-slot ring, staged at 64 rows)
+          tokens.push_back(8000);
         } else {  // ping-pong consumer groups (64-row tiles): several items per CTA at M = 8000
           if (bm != 64) continue;
           if (variant == 7) {  // (GEMM1 walking 3 rows per sweep, GEMM2 split)
@@ -354,12 +361,18 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
     const int g1 = activation_is_gated(spec.activation) ? 2 : 1;
     const bool wide = spec.quant != kQuantFp8Block;  // block scales: at most 128 weight rows per tile
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 6; ++variant) {
+      for (int variant = 0; variant < 7; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
         std::vector<int> tokens = {40, 300};
         const bool persistent = variant >= 2;
-        if (variant == 5) {  // ping-pong consumer groups (64-row tiles, not with per-channel / tensor scales)
+        if (variant == 6) {  // GEMM1 weight tiles multicast over clusters of two CTAs (gated layers)
+          if (g1 != 2) continue;
+          c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
+          c.gemm2 = wgmma_tile(128, 3, 0, true);
+          c.gemm1.multicast = true;
+          tokens.push_back(8000);
+        } else if (variant == 5) {  // ping-pong consumer groups (64-row tiles, not with per-channel / tensor scales)
           if (bm != 64 || spec.quant != kQuantFp8Block) continue;
           c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
           c.gemm2 = wgmma_tile(128, 3, 0, true);
@@ -409,6 +422,9 @@ std::vector<MoeKernelCase> moe_rows16_cases() {
     MoeTileConfig pingpong = persistent;  // ping-pong consumer groups
     pingpong.gemm1.pingpong = pingpong.gemm2.pingpong = true;
     out.push_back({spec, pingpong, {1024}});
+    MoeTileConfig multicast = persistent;  // GEMM1 weight tiles over clusters of two CTAs
+    multicast.gemm1.multicast = true;
+    out.push_back({spec, multicast, {1024}});
     persistent.block_m = 128;  // the staged epilogue's tile of DTYPE rows
     persistent.gemm1.staged = persistent.gemm2.staged = true;
     persistent.gemm1.stages = persistent.gemm2.stages = 3;
