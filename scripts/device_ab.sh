@@ -5,7 +5,7 @@
 # makes (carry .device); writes every log under $OUT (or ./device-ab-out) and prints a summary last.
 #
 #   bash scripts/device_bundle                      # here
-#   bash scripts/device_ab.sh [tests|walk|pingpong|ncu]...   # there (all four when none is named)
+#   bash scripts/device_ab.sh [tests|walk|pingpong|multicast|ncu]...   # there (all when none is named)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-ab-out}
@@ -13,15 +13,17 @@ mkdir -p "$out"
 export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-/tmp/moejit-ab-cache}
 bin=.device
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(tests walk pingpong ncu)
+[ ${#steps[@]} -gt 0 ] || steps=(tests walk pingpong multicast ncu)
 summary=()
 rows() { grep -E "^(Mixtral|Qwen3|gpt-oss|DeepSeek)" "$1" | awk '{printf "%s M=%s %s us %s\n", $1, $5, $6, $8}'; }
 
 for step in "${steps[@]}"; do
   case $step in
-    tests)  # correctness first: ping-pong alone (a hang ends at its own time limit), then the walk variants
+    tests)  # correctness first: ping-pong and multicast alone (a hang ends at its own time limit), then the walks
       timeout 150 $bin/moejit_gpu_tests -tc='*ping-pong*' > "$out/tests_pingpong.txt" 2>&1
       summary+=("ping-pong tests rc=$?: $(grep -E 'test cases' "$out/tests_pingpong.txt" | tail -1)")
+      timeout 150 $bin/moejit_gpu_tests -tc='*multicast*' > "$out/tests_multicast.txt" 2>&1
+      summary+=("multicast tests rc=$?: $(grep -E 'test cases' "$out/tests_multicast.txt" | tail -1)")
       timeout 400 $bin/moejit_gpu_tests -tc='*wgmma kernel equals*,*DTYPE rows*,*quant: every tile*' > "$out/tests.txt" 2>&1
       summary+=("tests rc=$?: $(grep -E 'test cases' "$out/tests.txt" | tail -1)")
       ;;
@@ -40,17 +42,28 @@ for step in "${steps[@]}"; do
         done
       done
       ;;
-    ncu)  # DRAM bytes of the two GEMMs, default walk against 12 rows per sweep
-      for w in 0 12; do
-        for s in "Mixtral-8x7B 1024" "gpt-oss-120b 8192"; do
-          set -- $s
-          timeout 60 ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum -k regex:moe_gemm -c 2 \
-            $bin/moejit_bench --only moe --shapes "$1" --tokens "$2" --reps 1 --walk-rows $w > "$out/ncu_${1}_${2}_w$w.txt" 2>&1
-          summary+=("ncu walk $w $1 M=$2: $(grep -E 'dram__bytes_read|duration' "$out/ncu_${1}_${2}_w$w.txt" | awk '{printf "%s %s %s; ", $1, $2, $3}')")
+    multicast)  # prefill buckets (persistent gated GEMM1s), without and with multicast, twice
+      for r in 1 2; do
+        for flag in "" --multicast; do
+          f="$out/multicast_${r}${flag:+_on}.txt"
+          timeout 150 $bin/moejit_bench --only moe --tokens 1024,4096,8192 $flag > "$f" 2>&1
+          summary+=("== round $r ${flag:-(config as shipped)}" "$(rows "$f")")
         done
       done
       ;;
-    *) echo "device_ab: unknown step $step (tests, walk, pingpong, ncu)"; exit 2 ;;
+    ncu)  # the two GEMMs' DRAM bytes and L2 -> SM sectors: the default walk, 12 rows per sweep, multicast
+      for v in "--walk-rows 0" "--walk-rows 12" "--multicast"; do
+        for s in "Mixtral-8x7B 1024" "gpt-oss-120b 8192"; do
+          set -- $s
+          f="$out/ncu_${1}_${2}_$(echo $v | tr -d ' -').txt"
+          timeout 60 ncu --clock-control none -k regex:moe_gemm -c 2 \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,lts__t_sectors_srcunit_tex_op_read.sum \
+            $bin/moejit_bench --only moe --shapes "$1" --tokens "$2" --reps 1 $v > "$f" 2>&1
+          summary+=("ncu $v $1 M=$2: $(grep -E 'dram__bytes_read|duration|sectors' "$f" | awk '{printf "%s %s %s; ", $1, $2, $3}')")
+        done
+      done
+      ;;
+    *) echo "device_ab: unknown step $step (tests, walk, pingpong, multicast, ncu)"; exit 2 ;;
   esac
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
