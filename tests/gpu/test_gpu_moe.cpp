@@ -218,43 +218,37 @@ TEST_CASE("gpu moe: the wgmma kernel equals the fp64 reference") {
   MESSAGE(fmt::format("{} wgmma forwards checked against the fp64 reference", checked));
 }
 
-// Ping-pong consumer groups of the persistent wgmma kernel (64-row tiles, two consumer warpgroups
-// on alternate tiles, turn barriers): a case of their own, so that a hang or a wrong result is
-// theirs alone (written in a session without device time).
-TEST_CASE("gpu moe: ping-pong consumer groups equal the fp64 reference") {
+namespace {
+// The wgmma and DTYPE-row cases `pick` takes, checked as a test case of their own (paths written in
+// a session without device time: a hang or a wrong result is theirs alone).
+void check_own_cases(const char* test_name, bool (*pick)(const MoeKernelCase&), int seed, const char* what) {
   Runtime rt(test_options(""));
-  if (!gpu_or_skip(rt, "gpu moe ping-pong")) return;
+  if (!gpu_or_skip(rt, test_name)) return;
   if (!arch_has_wgmma(rt.device_arch())) {
     MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
     return;
   }
   std::vector<MoeKernelCase> cases;
   for (auto& c : moe_wgmma_cases())
-    if (uses_pingpong(c)) cases.push_back(c);
+    if (pick(c)) cases.push_back(c);
   for (auto& c : moe_rows16_cases())
-    if (uses_pingpong(c)) cases.push_back(c);
+    if (pick(c)) cases.push_back(c);
   REQUIRE(cases.size() >= 10);
-  const int checked = check_kernel_cases(rt, cases, 2300, "wgmma");
-  MESSAGE(fmt::format("{} ping-pong forwards checked against the fp64 reference", checked));
+  const int checked = check_kernel_cases(rt, cases, seed, "wgmma");
+  MESSAGE(fmt::format("{} {} forwards checked against the fp64 reference", checked, what));
+}
+}  // namespace
+
+// Ping-pong consumer groups of the persistent wgmma kernel (64-row tiles, two consumer warpgroups
+// on alternate tiles, turn barriers).
+TEST_CASE("gpu moe: ping-pong consumer groups equal the fp64 reference") {
+  check_own_cases("gpu moe ping-pong", uses_pingpong, 2300, "ping-pong");
 }
 
 // GEMM1 weight tiles multicast over clusters of two CTAs (pairs of one expert's row tiles; a pair's
-// missing half past the tile map; experts changing inside a pair), as a case of its own.
+// missing half past the tile map; experts changing inside a pair).
 TEST_CASE("gpu moe: GEMM1 weight tiles multicast over two-CTA clusters equal the fp64 reference") {
-  Runtime rt(test_options(""));
-  if (!gpu_or_skip(rt, "gpu moe multicast")) return;
-  if (!arch_has_wgmma(rt.device_arch())) {
-    MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
-    return;
-  }
-  std::vector<MoeKernelCase> cases;
-  for (auto& c : moe_wgmma_cases())
-    if (uses_multicast(c)) cases.push_back(c);
-  for (auto& c : moe_rows16_cases())
-    if (uses_multicast(c)) cases.push_back(c);
-  REQUIRE(cases.size() >= 10);
-  const int checked = check_kernel_cases(rt, cases, 2500, "wgmma");
-  MESSAGE(fmt::format("{} multicast forwards checked against the fp64 reference", checked));
+  check_own_cases("gpu moe multicast", uses_multicast, 2500, "multicast");
 }
 
 // Large batches in the fast mode: GEMM2 stores each routed slot's row in DTYPE and reduce16 sums a
