@@ -61,8 +61,9 @@ std::string MoeTileConfig::describe() const {
     const std::string split = t.split_k ? fmt::format(" k/{}", t.split_k) : std::string();
     if (t.swap_ab) return fmt::format("swapab w{}x{} s{}{}", t.warps_n, t.warps_k, t.stages, split);
     if (t.wgmma)
-      return fmt::format("wgmma bn{} s{}{}{}{}{}{}{}", t.block_n, t.stages, t.persistent ? " ws" : "",
-                         t.staged ? " st" : "", t.pingpong ? " pp" : "", t.multicast ? " mc" : "", split,
+      return fmt::format("wgmma bn{} s{}{}{}{}{}{}{}{}", t.block_n, t.stages, t.persistent ? " ws" : "",
+                         t.staged ? " st" : "", t.pingpong ? " pp" : "", t.multicast ? " mc" : "",
+                         t.pregather ? " pg" : "", split,
                          t.walk_rows ? fmt::format(" walk{}", t.walk_rows) : std::string());
     return fmt::format("bn{} bk{} w{}x{} s{}{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages, split);
   };

@@ -47,6 +47,11 @@ struct GemmTile {
   // of row tiles; where both are one expert's each CTA copies one weight box into both ("mc"),
   // halving the weight bytes read out of L2. Not in the tuner's space yet (as pingpong).
   bool multicast = false;
+  // pregather (persistent wgmma GEMM1 tiles): a copy kernel after the routing gathers X's rows into
+  // padded-row order first, so that the producer reads whole A tiles by bulk tensor copies (as
+  // GEMM2's A) instead of issuing ~1000 16-byte cp.async per k tile ("pg"). A launch argument
+  // (MoeGemmArgs::a_pregathered): the same compiled kernel either way.
+  bool pregather = false;
   bool operator==(const GemmTile&) const = default;
 };
 

@@ -50,6 +50,7 @@ nlohmann::json tile_to_json(const GemmTile& t) {
   if (t.walk_rows) j["walk_rows"] = t.walk_rows;  // absent = 0 (the default walk)
   if (t.pingpong) j["pingpong"] = true;            // absent = false
   if (t.multicast) j["multicast"] = true;          // absent = false
+  if (t.pregather) j["pregather"] = true;          // absent = false
   return j;
 }
 GemmTile tile_kind_from_json(const nlohmann::json& j) {
@@ -75,6 +76,7 @@ GemmTile tile_from_json(const nlohmann::json& j) {
   t.walk_rows = j.value("walk_rows", 0);
   t.pingpong = j.value("pingpong", false);
   t.multicast = j.value("multicast", false);
+  t.pregather = j.value("pregather", false);
   return t;
 }
 }  // namespace

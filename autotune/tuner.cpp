@@ -279,10 +279,19 @@ std::vector<TuneResult> MoeTuner::run() {
       other.topk_sum = moe_gemm2_stores_rows16(spec_, best, m) ? TopkSum::Atomic : TopkSum::Rows;
       if (config_fits(spec_, other, limits)) try_all({other}, "topk_sum");  // (a staged tile may be rows-only)
     }
-    // The wgmma kernels' grouped walk (rows per column sweep), per GEMM, where the batch gives the
-    // experts whole row tiles: a launch argument, so these time without compiling.
     const long long rows_per_expert = (static_cast<long long>(m) * spec_.top_k + spec_.local_experts() - 1) /
                                       spec_.local_experts();
+    // A persistent GEMM1 reading X gathered beforehand (a copy kernel, then whole A tiles by bulk
+    // tensor copies): a launch argument too. It wins where GEMM1's per-row gather bounds it and
+    // loses where the copy weighs (H200: Mixtral-8x7B M = 8192 10.05 -> 9.49 ms, DeepSeek-V3 TP8
+    // 2.32 -> 2.73 ms).
+    if (best.gemm1.persistent && rows_per_expert >= best.block_m) {
+      MoeTileConfig c = best;
+      c.gemm1.pregather = true;
+      try_all({c}, "gemm1 pregather");
+    }
+    // The wgmma kernels' grouped walk (rows per column sweep), per GEMM, where the batch gives the
+    // experts whole row tiles: a launch argument, so these time without compiling.
     if (walk_choice && rows_per_expert >= best.block_m)
       for (bool gemm1 : {true, false}) {
         if (!(gemm1 ? best.gemm1 : best.gemm2).wgmma) continue;

@@ -80,6 +80,7 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
           t->pingpong = true;
           if (!config_fits(s, config, limits)) t->pingpong = false;
         }
+      if (ctx.pregather && config.gemm1.persistent) config.gemm1.pregather = true;
       if (ctx.multicast && config.gemm1.persistent) {
         config.gemm1.multicast = true;
         if (!config_fits(s, config, limits)) config.gemm1.multicast = false;

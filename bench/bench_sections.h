@@ -37,6 +37,9 @@ struct Context {
   // --pingpong: persistent wgmma tiles that can (GemmTile::pingpong: block_m 64, unstaged) run with
   // ping-pong consumer groups (A/B against the config's own).
   bool pingpong = false;
+  // --pregather: persistent wgmma GEMM1 tiles read X gathered beforehand into padded-row order
+  // (GemmTile::pregather; where the workspace holds the copy: prefill batches).
+  bool pregather = false;
   // --multicast: persistent wgmma GEMM1 tiles that can (GemmTile::multicast: gated activations)
   // multicast their weight tiles over clusters of two CTAs.
   bool multicast = false;

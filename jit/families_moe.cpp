@@ -335,12 +335,14 @@ FamilyInfo moe_reduce_family() {
   FamilyInfo f;
   f.name = "moe_reduce";
   f.header = "moe/moe_epilogue.cuh";
-  f.doc = "top-k sum of per-slot fp32 (deterministic) or dtype rows in slot order, and the fp32 -> dtype cast";
+  f.doc = "top-k sum of per-slot fp32 (deterministic) or dtype rows in slot order, the fp32 -> dtype cast, and "
+          "GEMM1's A rows gathered into padded-row order";
   f.params = {dtype_param(), int_param("top_k", "TOPK", "experts per token", std::nullopt, 1, 32),
               derived_int("threads", "THREADS", "threads per CTA")};
   f.entries = {{"reduce", "moejit::moe_reduce_kernel", "moejit::MoeReduceArgs"},
                {"reduce16", "moejit::moe_reduce16_kernel", "moejit::MoeReduceArgs"},
-               {"cast", "moejit::moe_cast_kernel", "moejit::MoeReduceArgs"}};
+               {"cast", "moejit::moe_cast_kernel", "moejit::MoeReduceArgs"},
+               {"gather", "moejit::moe_gather_rows_kernel", "moejit::MoeGatherArgs"}};
   f.derive = [](KernelSpec& s) { s.params["threads"] = kElementwiseThreads; };
   return f;
 }

@@ -118,6 +118,13 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                    c.describe());
     MOEJIT_REQUIRE(!t.multicast || (t.persistent && gemm1),
                    "moe: tile config {}: only a persistent wgmma GEMM1 multicasts its weight tiles", c.describe());
+    MOEJIT_REQUIRE(!t.pregather || (t.persistent && gemm1),
+                   "moe: tile config {}: only a persistent wgmma GEMM1 reads X gathered beforehand (pregather)",
+                   c.describe());
+    MOEJIT_REQUIRE(!t.pregather || spec.hidden * quant_activation_bytes(spec.quant) % 16 == 0,
+                   "moe: tile config {}: pregather copies X's rows in 16-byte chunks; K = {} of {}-byte activations "
+                   "is not a multiple of 16 bytes",
+                   c.describe(), spec.hidden, quant_activation_bytes(spec.quant));
     MOEJIT_REQUIRE(t.walk_rows == 0 || t.wgmma,
                    "moe: tile config {}: only wgmma tiles walk their tiles in groups (walk_rows = {} on {})", c.describe(),
                    t.walk_rows, role);

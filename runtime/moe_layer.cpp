@@ -185,6 +185,7 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool
   k->reduce = &k->modules[2]->kernel("reduce");
   k->reduce16 = &k->modules[2]->kernel("reduce16");
   k->cast = &k->modules[2]->kernel("cast");
+  k->gather = &k->modules[2]->kernel("gather");
   if (!spec_.fused) k->activation = &k->modules[3]->kernel("activation");
   if (quant_is_fp8(spec_.quant)) k->act_quant = &k->modules.back()->kernel("quantize");
   k->gemm1_threads = unsigned(specs[0].get_int("threads"));
@@ -248,7 +249,13 @@ MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
   // tile config picks: TopkSum); deterministic / unfused, fp32 rows by slot.
   const std::size_t slots_at = offset;
   const std::size_t accumulator_bytes = M * K * sizeof(float);
-  take(w.slots, accumulator ? std::max(accumulator_bytes, M * spec_.top_k * K * elem) : M * spec_.top_k * K * sizeof(float));
+  // GEMM1's X gathered into padded-row order (GemmTile::pregather) lives in the slots buffer too: it
+  // is dead once GEMM1 has read it, before GEMM2 writes there. Reserved where the padding at most
+  // doubles the routed rows (prefill); smaller batches keep GEMM1's per-row gather (same results).
+  w.pregather = accumulator && w.max_rows <= 2 * M * spec_.top_k;
+  const std::size_t pregathered_bytes = w.pregather ? w.max_rows * K * quant_activation_bytes(spec_.quant) : 0;
+  take(w.slots, accumulator ? std::max({accumulator_bytes, M * spec_.top_k * K * elem, pregathered_bytes})
+                            : M * spec_.top_k * K * sizeof(float));
   w.zeroed = args.workspace ? args.workspace + zeroed_at : 0;
   w.zeroed_bytes = slots_at + (accumulator ? accumulator_bytes : 0) - zeroed_at;
   if (split_buffers) take(w.split_partial, split_tokens * partial_per_token);
@@ -334,13 +341,33 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     map2_a = encode_tile_tensor_map(api, inter,
                                     spec_.intermediate * static_cast<long long>(scalar_type_size(inter.dtype)), int(bm));
   }
+  // GEMM1 reading X gathered beforehand (GemmTile::pregather; where the workspace holds the copy):
+  // X's rows (e4m3 for w8a8) in padded-row order, in the slots buffer, one box of bm rows per tile.
+  const bool pregather = config.gemm1.pregather && k.gemm1_persistent && w.pregather;
+  const bool q8 = quant_is_fp8(spec_.quant);
+  const ScalarType act_type = q8 ? ScalarType::F8E4M3 : scalar_type_of(spec_.dtype);
+  const long long x_row_bytes = spec_.hidden * static_cast<long long>(scalar_type_size(act_type));
+  TileTensorMap map1_a;
+  if (pregather) {
+    const std::int64_t rows = static_cast<std::int64_t>(w.max_rows);
+    TensorView xs;
+    xs.data = w.slots;
+    xs.dtype = act_type;
+    xs.rank = 3;
+    xs.shape = {1, rows, spec_.hidden};
+    xs.strides = {rows * spec_.hidden, spec_.hidden, 1};
+    map1_a = encode_tile_tensor_map(api, xs, x_row_bytes, int(bm));
+  }
   // Fast mode zeroes the fp32 accumulator (and GEMM1's split-K counters) first: the kernels after
   // the routing then follow each other directly. Small batches routed here have the route kernel
   // zero them instead: the memset node cost DeepSeek-V3 TP8 ~4 us of a 41 us step at M = 1 (H200).
   // (DTYPE rows need no zeroing; GEMM1's split-K counters still do.)
+  // (With X gathered into the slots buffer, after GEMM1 has read it.)
   const bool zeroed = atomic && (!rows16 || w.gemm1_split);
-  const bool route_zeroes = zeroed && args.router_logits.given() && router_.zeroes_for(m, w.zeroed_bytes);
-  if (zeroed && !route_zeroes) MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.zeroed, 0, w.zeroed_bytes / 4, stream));
+  const bool zero_late = zeroed && pregather;
+  const bool route_zeroes = zeroed && !zero_late && args.router_logits.given() && router_.zeroes_for(m, w.zeroed_bytes);
+  if (zeroed && !route_zeroes && !zero_late)
+    MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.zeroed, 0, w.zeroed_bytes / 4, stream));
   // Grids: row tiles x column tiles x k splits. Split-K (fast mode): decode grids would leave most
   // SMs idle while a few CTAs stream the weights.
   const DeviceInfo& device = runtime_.device().info();
@@ -433,6 +460,21 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
 
   // GEMM1: fused -> activation in the epilogue; unfused -> raw [rows, W1 rows], then the activation.
   MoeGemmArgs g{};
+  // X (quantized for w8a8) gathered into padded-row order for GEMM1's bulk tensor copies.
+  auto gather_x = [&](CUdeviceptr x, long long ld_bytes) {
+    MoeGatherArgs ga{};
+    ga.in = reinterpret_cast<const unsigned char*>(x);
+    ga.ld_in = ld_bytes;
+    ga.out = reinterpret_cast<unsigned char*>(w.slots);
+    ga.row_bytes = x_row_bytes;
+    ga.gather_index = sort.gather_index;
+    ga.totals = sort.totals;
+    const unsigned t = k.elementwise_threads;
+    const auto blocks = static_cast<unsigned>(std::min<long long>(max_tiles * bm, 8LL * runtime_.device().info().sm_count));
+    k.gather->launch(stream, {blocks, 1, 1, t, 1, 1, 0, overlap}, ga);
+    g.a_pregathered = 1;
+    std::memcpy(g.a_tensor_map, map1_a.bytes, sizeof(map1_a.bytes));
+  };
   if (fp8) {
     quantize(args.hidden.data, args.hidden.strides[0], w.hidden_q, w.hidden_scale, spec_.hidden, m, nullptr, nullptr,
              args.a1_scale);
@@ -440,9 +482,11 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     g.lda = spec_.hidden;
     g.a_scale = reinterpret_cast<const float*>(spec_.quant == kQuantFp8Tensor ? args.a1_scale.data : w.hidden_scale);
     g.a_scale_ld = act_scales_per_row(spec_.quant, spec_.hidden);
+    if (pregather) gather_x(w.hidden_q, spec_.hidden);
   } else {
     g.a = reinterpret_cast<const void*>(args.hidden.data);
     g.lda = args.hidden.strides[0] * 2;
+    if (pregather) gather_x(args.hidden.data, g.lda);
   }
   set_weights(g, args.w1, args.w1_scale, args.w1_zero);
   if (k.gemm1_b_tma) std::memcpy(g.b_tensor_map, map1.bytes, sizeof(map1.bytes));
@@ -480,6 +524,8 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g1x = (g1x + cluster1 - 1) / cluster1 * cluster1;  // whole clusters (wave1 is even)
   k.gemm1->launch(stream, {g1x, g1y, unsigned(splits1), k.gemm1_threads, 1, 1, k.gemm1_smem, overlap, cluster1},
                   g);
+  g.a_pregathered = 0;
+  if (zero_late) MOEJIT_CHECK_CU(api, Launch, cuMemsetD32Async(w.zeroed, 0, w.zeroed_bytes / 4, stream));
   if (!spec_.fused) {
     if (hooks && hooks->after_gemm1) hooks->after_gemm1(stream, stage);
     MoeActivationArgs a{};

@@ -20,6 +20,7 @@ struct MoeLayer::Kernels {
   const Kernel* reduce = nullptr;
   const Kernel* reduce16 = nullptr;
   const Kernel* cast = nullptr;
+  const Kernel* gather = nullptr;  // X rows into padded-row order (GemmTile::pregather)
   const Kernel* activation = nullptr;  // unfused only
   const Kernel* act_quant = nullptr;   // w8a8 only: activations -> e4m3 before each GEMM
   const Kernel* gemv1 = nullptr;       // the decode GEMV pair (config.gemv): nothing above is set then
@@ -49,6 +50,7 @@ struct MoeLayer::Workspace {
   CUdeviceptr zeroed = 0;        // fast mode: the counters, then the accumulator, zeroed before GEMM1
   std::size_t zeroed_bytes = 0;
   bool gemm1_split = false;
+  bool pregather = false;        // slots can hold X gathered into padded-row order (GemmTile::pregather)
   // w8a8: e4m3 copies of X and of the intermediate, and their scales.
   CUdeviceptr hidden_q = 0, hidden_scale = 0, intermediate_q = 0, intermediate_scale = 0;
   std::size_t total = 0;

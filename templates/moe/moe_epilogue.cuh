@@ -7,6 +7,8 @@
 //  - moe_reduce16_kernel: the same over DTYPE rows (fast mode, large batches: kRoleGemm2Rows16),
 //    8 columns per thread.
 //  - moe_cast_kernel: fp32 accumulator -> DTYPE (fast mode, after the atomic GEMM2).
+//  - moe_gather_rows_kernel: X rows copied into the routing's padded-row order before GEMM1
+//    (GemmTile::pregather), 16 bytes per thread, a row per CTA at a time.
 // reduce and cast wait for GEMM2 on the device (common/dependent_launch.cuh): the fused layer launches
 // them to overlap its tail.
 // Each thread handles 4 consecutive columns (16-byte fp32 loads, 8-byte stores).
@@ -130,6 +132,25 @@ __global__ void __launch_bounds__(THREADS) moe_cast_kernel(const MoeReduceArgs a
     const float4 r = *reinterpret_cast<const float4*>(static_cast<const float*>(args.in) + t * args.ld_in + col);
     moe_epilogue_detail::store4<DTYPE>(args.out, t * args.ld_out + col, r);
   });
+}
+
+// Waits for the routing (gather_index, totals); the GEMM1 after it may launch at once and set up
+// under this kernel (it waits for the whole grid before reading A).
+template <int DTYPE, int TOPK, int THREADS>
+__global__ void __launch_bounds__(THREADS) moe_gather_rows_kernel(const MoeGatherArgs args) {
+  pdl::wait();
+  pdl::launch_dependents();
+  const int rows = args.totals[1];
+  const int chunks = static_cast<int>(args.row_bytes / 16);
+  // Padding rows are left as they are: a wgmma output row depends on its own A row only, and
+  // GEMM1 stores no padding row (writing them cost up to E * (block_m - 1) rows of traffic).
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int slot = args.gather_index[r];
+    if (slot < 0) continue;
+    const uint4* in = reinterpret_cast<const uint4*>(args.in + static_cast<long long>(slot / TOPK) * args.ld_in);
+    uint4* out = reinterpret_cast<uint4*>(args.out + r * args.row_bytes);
+    for (int c = threadIdx.x; c < chunks; c += THREADS) out[c] = __ldg(in + c);
+  }
 }
 
 }  // namespace moejit

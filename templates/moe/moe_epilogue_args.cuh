@@ -17,6 +17,18 @@ struct MoeActivationArgs {
   float limit;
 };
 
+// GEMM1's A rows gathered into padded-row order (moe_gather_rows_kernel): out[r] = in[slot_r / TOPK]
+// for the routing's padded rows r (gather_index[r] = slot_r; padding rows untouched), so that a
+// persistent wgmma GEMM1 reads whole A tiles by bulk tensor copies (GemmTile::pregather).
+struct MoeGatherArgs {
+  const unsigned char* in;   // [num_tokens, ld_in] activation rows (DTYPE, or e4m3 for w8a8)
+  long long ld_in;           // bytes
+  unsigned char* out;        // [padded rows, row_bytes]
+  long long row_bytes;       // a multiple of 16
+  const int* gather_index;   // [padded rows] routed slot, -1 on padding rows
+  const int* totals;         // routing totals: [1] = padded rows
+};
+
 struct MoeReduceArgs {
   const void* in;            // reduce: [num_tokens * TOPK, ld_in] fp32 rows (reduce16: DTYPE);
                              // cast: [num_tokens, ld_in] fp32

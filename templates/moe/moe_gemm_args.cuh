@@ -68,6 +68,10 @@ struct MoeGemmArgs {
   // The wgmma kernels' grouped walk (moe_tile_walk.cuh): row tiles per column sweep; 0 = the
   // default (kMoeWalkGroupRows). The other kernels take one tile per CTA in grid order.
   int walk_rows;
+  // GEMM1 of the persistent wgmma kernel: 1 = A is X already gathered into padded-row order
+  // (moe_gather_rows_kernel), read as whole tiles through a_tensor_map like GEMM2's A; 0 = rows of
+  // X gathered by token with per-row cp.async in the producer warpgroup.
+  int a_pregathered;
   // The persistent wgmma kernel reading tiles by bulk tensor copies (moe_wgmma_b_by_tma,
   // moe_wgmma_a_by_tma): CUtensorMaps of the weights as bytes, dims (inner bytes, rows, E_local),
   // box (128 bytes, BLOCK_N rows; interleaved gate / up: 2 BLOCK_N rows, every second one), and of
@@ -83,7 +87,7 @@ struct MoeGemmArgs {
 // second row of the weights when gate / up rows interleave (swigluoai).
 MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_b_by_tma(bool persistent) { return persistent; }
 // GEMM2's A rows (the intermediate, by padded row) are one box per tile too; GEMM1 gathers rows of
-// X by token, which a tiled copy cannot.
+// X by token, which a tiled copy cannot (unless they were gathered beforehand: a_pregathered).
 MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_a_by_tma(int role, bool persistent) {
   return role != kRoleGemm1 && moe_wgmma_b_by_tma(persistent);
 }

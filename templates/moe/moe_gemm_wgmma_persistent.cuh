@@ -55,6 +55,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   static_assert(!BLOCK_SCALED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
   static_assert(moe_wgmma_b_by_tma(true), "the persistent variant reads weight tiles by bulk tensor copies");
   constexpr bool A_TMA = moe_wgmma_a_by_tma(ROLE, true);
+  // GEMM1 with X gathered beforehand into padded-row order: A tiles by bulk tensor copies too.
+  const bool a_tma = A_TMA || (ROLE == kRoleGemm1 && args.a_pregathered != 0);
   const int tid = threadIdx.x;
   // Multicast: this CTA's rank in its cluster of two, the cluster, and the clusters of the grid;
   // the work items walk pairs of row tiles ("units").
@@ -64,11 +66,11 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
   if (tid == 0) {
     sm90::prefetch_tensor_map(args.b_tensor_map);
-    if constexpr (A_TMA) sm90::prefetch_tensor_map(args.a_tensor_map);
+    if (a_tma) sm90::prefetch_tensor_map(args.a_tensor_map);
     for (int s = 0; s < STAGES; ++s) {
       // Arrivals per fill: thread 0's expected-bytes arrival for the boxes, plus one (async) per
       // producer thread's A copies when A comes by cp.async.
-      sm90::mbar_init(full0 + s * 8, A_TMA ? 1 : 1 + 128);
+      sm90::mbar_init(full0 + s * 8, a_tma ? 1 : 1 + 128);
       // One arrival per consumer thread of the tile's group (multicast: + one per consumer warp of the peer).
       sm90::mbar_init(empty0 + s * 8, TILE_THREADS + (MULTICAST ? TILE_THREADS / 32 : 0));
     }
@@ -118,7 +120,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       }
     };
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
-    if constexpr (A_TMA) {
+    if (a_tma) {
       // Every copy is one bulk tensor copy: thread 0 produces alone.
       if (tid == 0)
         for (int item = first; item < items; item += walkers) {

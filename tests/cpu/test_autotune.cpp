@@ -573,6 +573,37 @@ TEST_CASE("autotune: ping-pong consumer groups: kernel spec, round trip, describ
   CHECK(moe_expert_kernel_specs(block, c, "sm_90a")[0].get_int("pingpong") == 1);
 }
 
+TEST_CASE("autotune: GEMM1 reading X gathered beforehand: same kernels, round trip, describe, refusals") {
+  const MoeSpec q = qwen3();
+  MoeTileConfig c;
+  c.block_m = 128;
+  c.gemm1 = wgmma_tile(128, 4, 0, true);
+  c.gemm2 = wgmma_tile(256, 3, 0, true);
+  const auto plain = moe_expert_kernel_specs(q, c, "sm_90a");
+  c.gemm1.pregather = true;
+  CHECK(c.describe() == "bm128 gemm1[wgmma bn128 s4 ws pg] gemm2[wgmma bn256 s3 ws]");
+  // A launch argument: the same compiled kernels (the copy kernel is an entry of the reduce module).
+  CHECK(moe_expert_kernel_specs(q, c, "sm_90a") == plain);
+  CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
+  CHECK(tile_config_to_json(c)["gemm1"]["pregather"] == true);
+  CHECK_FALSE(tile_config_to_json(c)["gemm2"].contains("pregather"));
+  CHECK(config_fits(q, c, {227 * 1024, "sm_90a"}));
+  // Refused before anything compiles: GEMM2, plain wgmma tiles, other kernels, 16-byte chunks.
+  MoeTileConfig odd = c;
+  odd.gemm2.pregather = true;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("only a persistent wgmma GEMM1"), Error);
+  odd = c;
+  odd.gemm1.persistent = false;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("only a persistent wgmma GEMM1"), Error);
+  nlohmann::json j = tile_config_to_json(heuristic_tile_config(q, 4096, true, "sm_80"));
+  j["gemm1"]["pregather"] = true;  // on a tile of another kernel: read, then refused when a layer takes it
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, tile_config_from_json(j), "sm_80"),
+                       doctest::Contains("only a persistent wgmma GEMM1"), Error);
+  MoeSpec ragged = q;
+  ragged.hidden = 2052;  // 4104 bytes a row
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(ragged, c, "sm_90a"), doctest::Contains("16-byte chunks"), Error);
+}
+
 TEST_CASE("autotune: GEMM1 weight multicast over two-CTA clusters: kernel spec, round trip, describe, refusals") {
   const MoeSpec q = qwen3();  // silu_mul: gated
   MoeTileConfig c;

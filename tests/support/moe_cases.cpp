@@ -297,11 +297,19 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
   for (const MoeSpec& spec : specs) {
     const int g1 = spec.fused && activation_is_gated(spec.activation) ? 2 : 1;  // weight rows per GEMM1 column
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 11; ++variant) {
+      for (int variant = 0; variant < 13; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
         std::vector<int> tokens = {40, 300};
-        if (variant == 0) {
+        if (variant >= 11) {  // GEMM1 reading X gathered beforehand (the workspace holds it at M = 8000)
+          c.gemm1 = wgmma_tile(128 / g1, 4, 0, true, variant == 12 && bm == 64);
+          c.gemm2 = wgmma_tile(256, 3, 0, true);
+          c.gemm1.pregather = true;
+          // 64-row tiles: fp32 adds, zeroed only after GEMM1 has read X out of their buffer.
+          if (bm == 64 && variant == 11 && spec.fused) c.topk_sum = TopkSum::Atomic;
+          if (variant == 12 && spec.fused && activation_is_gated(spec.activation)) c.gemm1.multicast = true;
+          tokens.push_back(8000);
+        } else if (variant == 0) {
           c.gemm1 = wgmma_tile(256 / g1, 4);
           c.gemm2 = wgmma_tile(256, 4);
         } else if (variant == 1) {  // (and a grouped walk of 12 rows per column sweep)
@@ -361,12 +369,17 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
     const int g1 = activation_is_gated(spec.activation) ? 2 : 1;
     const bool wide = spec.quant != kQuantFp8Block;  // block scales: at most 128 weight rows per tile
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 7; ++variant) {
+      for (int variant = 0; variant < 8; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
         std::vector<int> tokens = {40, 300};
         const bool persistent = variant >= 2;
-        if (variant == 6) {  // GEMM1 weight tiles multicast over clusters of two CTAs (gated layers)
+        if (variant == 7) {  // GEMM1 reading the e4m3 X gathered beforehand
+          c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
+          c.gemm2 = wgmma_tile(128, 3, 0, true);
+          c.gemm1.pregather = true;
+          tokens.push_back(8000);
+        } else if (variant == 6) {  // GEMM1 weight tiles multicast over clusters of two CTAs (gated layers)
           if (g1 != 2) continue;
           c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
           c.gemm2 = wgmma_tile(128, 3, 0, true);
@@ -425,6 +438,9 @@ std::vector<MoeKernelCase> moe_rows16_cases() {
     MoeTileConfig multicast = persistent;  // GEMM1 weight tiles over clusters of two CTAs
     multicast.gemm1.multicast = true;
     out.push_back({spec, multicast, {1024}});
+    MoeTileConfig pregather = persistent;  // GEMM1 reading X gathered beforehand
+    pregather.gemm1.pregather = true;
+    out.push_back({spec, pregather, {1024}});
     persistent.block_m = 128;  // the staged epilogue's tile of DTYPE rows
     persistent.gemm1.staged = persistent.gemm2.staged = true;
     persistent.gemm1.stages = persistent.gemm2.stages = 3;
