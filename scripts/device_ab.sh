@@ -5,7 +5,7 @@
 # makes (carry .device); writes every log under $OUT (or ./device-ab-out) and prints a summary last.
 #
 #   bash scripts/device_bundle                      # here
-#   bash scripts/device_ab.sh [tests|walk|pingpong|multicast|ncu]...   # there (all when none is named)
+#   bash scripts/device_ab.sh [tests|walk|pingpong|multicast|pregather|ncu]...   # there (all when none is named)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-ab-out}
@@ -13,7 +13,7 @@ mkdir -p "$out"
 export MOEJIT_CACHE_DIR=${MOEJIT_CACHE_DIR:-/tmp/moejit-ab-cache}
 bin=.device
 steps=("$@")
-[ ${#steps[@]} -gt 0 ] || steps=(tests walk pingpong multicast ncu)
+[ ${#steps[@]} -gt 0 ] || steps=(tests walk pingpong multicast pregather ncu)
 summary=()
 rows() { grep -E "^(Mixtral|Qwen3|gpt-oss|DeepSeek)" "$1" | awk '{printf "%s M=%s %s us %s\n", $1, $5, $6, $8}'; }
 
@@ -51,6 +51,15 @@ for step in "${steps[@]}"; do
         done
       done
       ;;
+    pregather)  # prefill buckets, GEMM1 reading X gathered beforehand on every persistent GEMM1, twice
+      for r in 1 2; do
+        for flag in "" --pregather; do
+          f="$out/pregather_${r}${flag:+_on}.txt"
+          timeout 150 $bin/moejit_bench --only moe --tokens 1024,2048,4096,8192 $flag > "$f" 2>&1
+          summary+=("== round $r ${flag:-(config as shipped)}" "$(rows "$f")")
+        done
+      done
+      ;;
     ncu)  # the two GEMMs' DRAM bytes and L2 -> SM sectors: the default walk, 12 rows per sweep, multicast
       for v in "--walk-rows 0" "--walk-rows 12" "--multicast"; do
         for s in "Mixtral-8x7B 1024" "gpt-oss-120b 8192"; do
@@ -63,7 +72,7 @@ for step in "${steps[@]}"; do
         done
       done
       ;;
-    *) echo "device_ab: unknown step $step (tests, walk, pingpong, multicast, ncu)"; exit 2 ;;
+    *) echo "device_ab: unknown step $step (tests, walk, pingpong, multicast, pregather, ncu)"; exit 2 ;;
   esac
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
