@@ -102,6 +102,7 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
     const bool gated = gemm1 && spec.fused && activation_is_gated(spec.activation);
     for (int variant : {0, 1, 2})
       for (int rows : {256, 128, 192, 64})
+        if (variant >= 1 || !quant_dequantizes_b(spec.quant))  // weight-only formats: persistent only
         for (int stages : {4, 3, 5, 6})
           if (rows / (gated ? 2 : 1) <= std::max<long long>(64, next_pow2(width)))
             add_if_fits(wgmma_tile(rows / (gated ? 2 : 1), stages, 0, variant >= 1, variant == 2));

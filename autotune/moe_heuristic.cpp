@@ -125,7 +125,10 @@ GemmTile wgmma_tile(int block_n, int stages, int split_k, bool persistent, bool 
 
 bool wgmma_supported(const MoeSpec& spec, const std::string& arch) {
   if (!arch_has_wgmma(arch) || spec.reduce != ReduceMode::Fast) return false;
-  if (spec.quant == kQuantNone || spec.quant == kQuantFp8Channel || spec.quant == kQuantFp8Tensor) return true;
+  // Weight-only formats: the persistent variant dequantizes them (moe_gemm_wgmma_dequant.cuh).
+  if (spec.quant == kQuantNone || spec.quant == kQuantFp8Channel || spec.quant == kQuantFp8Tensor ||
+      quant_dequantizes_b(spec.quant))
+    return true;
   // 128 x 128 blocks: each set's weight rows of a tile in one block (gate / up rows stacked, the
   // up half starting on a block edge).
   const bool gated = spec.fused && activation_is_gated(spec.activation);
@@ -198,6 +201,15 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     c.block_m = 128;
     c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 6, 0, true);
     c.gemm2 = wgmma_tile(128, 3, 0, true, true);
+    return c;
+  }
+  // Weight-only formats past decode (sm_90a): the persistent wgmma kernel, its producer warpgroup
+  // dequantizing the weights into the ring (in place of the shared-memory kernel's mma.sync);
+  // 3 slots at 256 weight rows leave room for the stored weights' ring, GEMM2 stages DTYPE rows.
+  if (quant_dequantizes_b(spec.quant) && rows > kBucketRows[0] && wgmma_supported(spec, arch)) {
+    c.block_m = rows <= kBucketRows[2] ? 64 : 128;
+    c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, c.block_m == 64 ? 4 : 3, 0, true);
+    c.gemm2 = wgmma_tile(128, 4, 0, true, spec.fused);
     return c;
   }
   // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to 64 rows, 64-row tiles of the

@@ -241,8 +241,9 @@ FamilyInfo moe_gemm_wgmma_family() {
                   "threads per CTA = 128 per 64 rows (ping-pong: per group's tile) (+ 128 producer threads when "
                   "persistent)"),
       derived_int("b_tma", "",
-                  "1: weight tiles by bulk tensor copies (persistent; the host passes a tensor map in "
-                  "MoeGemmArgs::b_tensor_map)"),
+                  "1: weight tiles by bulk tensor copies (persistent, 16-bit / fp8 weights; the host passes a tensor "
+                  "map in MoeGemmArgs::b_tensor_map); 0: by cp.async (weight-only formats: dequantized by the "
+                  "producer warpgroup)"),
       derived_int("a_tma", "",
                   "1: A tiles by bulk tensor copies too (GEMM2 with b_tma: the intermediate by padded row; "
                   "MoeGemmArgs::a_tensor_map)"),
@@ -257,10 +258,14 @@ FamilyInfo moe_gemm_wgmma_family() {
     if (!arch_has_wgmma(s.arch))
       throw Error(Phase::Validate, fmt::format("moe_gemm_wgmma: wgmma needs sm_90a, not {}", s.arch));
     const int quant = parse_quant(s.get_string("quant"));
-    if (quant != kQuantNone && !quant_is_fp8(quant))
+    const bool persistent = s.get_int("persistent") != 0;
+    const bool dequant = quant_dequantizes_b(quant);
+    if (dequant && (!persistent || s.get_int("multicast") != 0 || s.get_int("pingpong") != 0))
       throw Error(Phase::Validate,
-                  fmt::format("moe_gemm_wgmma: quant {} is not on the wgmma path (16-bit or fp8 w8a8 only)",
-                              s.get_string("quant")));
+                  fmt::format("moe_gemm_wgmma: quant {} (weights dequantized by the producer warpgroup) needs the "
+                              "persistent variant without multicast or ping-pong (persistent {}, multicast {}, "
+                              "pingpong {})",
+                              s.get_string("quant"), persistent ? 1 : 0, s.get_int("multicast"), s.get_int("pingpong")));
     if (bm != 64 && bm != 128)
       throw Error(Phase::Validate, fmt::format("moe_gemm_wgmma: block_m = {} must be 64 or 128", bm));
     const bool gated = activation_is_gated(act);
@@ -276,13 +281,12 @@ FamilyInfo moe_gemm_wgmma_family() {
                   fmt::format("moe_gemm_wgmma: fp8_block needs block_n dividing 128, at most 128 weight rows per tile "
                               "and gate / up rows stacked (block_n {}{}, {})",
                               bn, gated ? " gated" : "", s.get_string("activation")));
-    const bool persistent = s.get_int("persistent") != 0;
     const int role = gemm_role_code(s);
     const bool staged = s.get_int("staged_epilogue") != 0;
     if (staged && !persistent)
       throw Error(Phase::Validate, "moe_gemm_wgmma: staged_epilogue = 1 is the persistent variant's (the plain one "
                                    "always stages its tile in the idle ring)");
-    if (staged && moe_wgmma_staging_bytes(role, int(bm), int(bn), int(stages), gated, true) == 0)
+    if (staged && moe_wgmma_staging_bytes(role, int(bm), int(bn), int(stages), gated, true, quant) == 0)
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: the staged epilogue's {} x {} tile ({} bytes) does not fit beside {} "
                               "ring slots in {} bytes of shared memory (fewer stages or a smaller tile)",
@@ -300,7 +304,7 @@ FamilyInfo moe_gemm_wgmma_family() {
                   fmt::format("moe_gemm_wgmma: multicast = 1 needs the persistent variant's GEMM1 with a gated "
                               "activation and no ping-pong groups (persistent {}, role {}, activation {}, pingpong {})",
                               persistent ? 1 : 0, s.get_string("role"), s.get_string("activation"), pingpong ? 1 : 0));
-    const std::int64_t smem = moe_wgmma_smem_bytes(role, int(bm), int(bn), int(stages), gated, staged);
+    const std::int64_t smem = moe_wgmma_smem_bytes(role, int(bm), int(bn), int(stages), gated, staged, quant);
     const std::int64_t static_smem = moe_gemm_static_smem_bytes(moe_wgmma_rows_held(int(bm), pingpong));
     if (smem + static_smem > kMaxSharedBytes)
       throw Error(Phase::Validate,
@@ -308,7 +312,7 @@ FamilyInfo moe_gemm_wgmma_family() {
                               smem + static_smem, kMaxSharedBytes));
     s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
     s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), persistent, pingpong));
-    s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(persistent) ? 1 : 0);
+    s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(persistent, quant) ? 1 : 0);
     s.params["a_tma"] = std::int64_t(moe_wgmma_a_by_tma(role, persistent) ? 1 : 0);
     s.params["smem_bytes"] = smem;
   };

@@ -59,7 +59,7 @@ bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, l
   // runs only as DTYPE rows: Auto takes them at every batch size.
   const GemmTile& t = config.gemm2;
   if (possible && t.staged &&
-      moe_wgmma_staging_bytes(kRoleGemm2Atomic, config.block_m, t.block_n, t.stages, false, true) == 0)
+      moe_wgmma_staging_bytes(kRoleGemm2Atomic, config.block_m, t.block_n, t.stages, false, true, spec.quant) == 0)
     return true;
   // The default: DTYPE rows from kMoeRows16MinAddBytes of fp32 adds on (monotone in num_tokens).
   return possible && num_tokens * spec.top_k * spec.hidden * 4 >= kMoeRows16MinAddBytes;
@@ -133,9 +133,14 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                    t.walk_rows, kMoeMaxWalkGroupRows, kMoeWalkGroupRows);
     if (t.wgmma) {
       MOEJIT_REQUIRE(wgmma_supported(spec, arch),
-                     "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit or fp8 "
-                     "weights (fp8_block: gate / up rows stacked on 128-row block edges) and the fast reduce mode",
+                     "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit, fp8 "
+                     "(fp8_block: gate / up rows stacked on 128-row block edges) or weight-only weights and the fast "
+                     "reduce mode",
                      c.describe(), gemm1 ? "GEMM1" : "GEMM2", arch);
+      MOEJIT_REQUIRE(!quant_dequantizes_b(spec.quant) || (t.persistent && !t.multicast && !t.pingpong),
+                     "moe: tile config {}: {} weights on the wgmma kernel are dequantized by the persistent "
+                     "variant's producer warpgroup (persistent, no multicast, no ping-pong)",
+                     c.describe(), quant_name(spec.quant));
       MOEJIT_REQUIRE(t.block_k == 0 && t.warps_m == 0 && t.warps_n == 0,
                      "moe: tile config {}: a wgmma tile derives block_k and its warps (0 each)", c.describe());
       MOEJIT_REQUIRE(!gemm1 || t.split_k <= 1, "moe: tile config {}: the wgmma GEMM1 does not split k",

@@ -85,11 +85,15 @@ struct MoeGemmArgs {
 // The persistent wgmma kernel loads its weight tiles with bulk tensor copies (one thread, no
 // per-row address work in the producer): a box of BLOCK_N gate rows and one of up rows, every
 // second row of the weights when gate / up rows interleave (swigluoai).
-MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_b_by_tma(bool persistent) { return persistent; }
+// Weight-only formats (quant_dequantizes_b) are converted by the producer warpgroup instead
+// (moe_gemm_wgmma_dequant.cuh): their stored bytes come by cp.async, no tensor map.
+MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_b_by_tma(bool persistent, int quant) {
+  return persistent && !quant_dequantizes_b(quant);
+}
 // GEMM2's A rows (the intermediate, by padded row) are one box per tile too; GEMM1 gathers rows of
 // X by token, which a tiled copy cannot (unless they were gathered beforehand: a_pregathered).
 MOEJIT_HOST_DEVICE constexpr bool moe_wgmma_a_by_tma(int role, bool persistent) {
-  return role != kRoleGemm1 && moe_wgmma_b_by_tma(persistent);
+  return role != kRoleGemm1 && persistent;
 }
 
 // Dynamic shared memory of one instance: STAGES ring slots of an A tile [BLOCK_M, BLOCK_K] and a B
@@ -164,8 +168,16 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_rows_held(int block_m, bool pingpong)
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent, bool pingpong = false) {
   return (moe_wgmma_rows_held(block_m, pingpong) / 64 + (persistent ? 1 : 0)) * 128;
 }
-MOEJIT_HOST_DEVICE constexpr int moe_wgmma_ring_bytes(int block_m, int block_n, int stages, bool gated) {
-  return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024 + stages * 16 + 256 * 4;
+// Weight-only formats on the persistent variant: each producer thread's ring of the stored bytes of
+// kMoeWgmmaRawStages k tiles (moe_gemm_wgmma_dequant.cuh), after everything else.
+constexpr int kMoeWgmmaRawStages = 4;
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_bytes(int quant, int b_rows) {
+  return quant_dequantizes_b(quant) ? kMoeWgmmaRawStages * b_rows * 64 * quant_weight_bits(quant) / 8 : 0;
+}
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_ring_bytes(int block_m, int block_n, int stages, bool gated,
+                                                      int quant = kQuantNone) {
+  return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024 + stages * 16 + 256 * 4 +
+         moe_wgmma_raw_bytes(quant, (gated ? 2 : 1) * block_n);
 }
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays
 // (s_slot, s_arow, s_weight in moe_gemm_sm80.cuh: 3 x 4 bytes per row) and split-K's flag (16).
@@ -181,18 +193,18 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_out_bytes(int role) {
   return role == kRoleGemm1 || role == kRoleGemm2Rows16 ? 2 : 4;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_staging_bytes(int role, int block_m, int block_n, int stages, bool gated,
-                                                          bool staged) {
+                                                          bool staged, int quant = kQuantNone) {
   const int bytes = block_m * (block_n + 8) * moe_wgmma_out_bytes(role);
-  return staged && moe_wgmma_ring_bytes(block_m, block_n, stages, gated) + bytes +
+  return staged && moe_wgmma_ring_bytes(block_m, block_n, stages, gated, quant) + bytes +
                                moe_gemm_static_smem_bytes(block_m) <=
                            kMoeWgmmaMaxSharedBytes
              ? bytes
              : 0;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_smem_bytes(int role, int block_m, int block_n, int stages, bool gated,
-                                                      bool staged) {
-  return moe_wgmma_ring_bytes(block_m, block_n, stages, gated) +
-         moe_wgmma_staging_bytes(role, block_m, block_n, stages, gated, staged);
+                                                      bool staged, int quant) {
+  return moe_wgmma_ring_bytes(block_m, block_n, stages, gated, quant) +
+         moe_wgmma_staging_bytes(role, block_m, block_n, stages, gated, staged, quant);
 }
 
 }  // namespace moejit

@@ -128,7 +128,8 @@ template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int
 __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT, PINGPONG),
                                   moe_wgmma_min_ctas(ACT, QUANT, BLOCK_N, PERSISTENT))
     moe_gemm_wgmma_kernel(const __grid_constant__ MoeGemmArgs args) {
-  static_assert(QUANT == kQuantNone || quant_is_fp8(QUANT), "16-bit weights or fp8 w8a8");
+  static_assert(QUANT == kQuantNone || quant_is_fp8(QUANT) || (quant_dequantizes_b(QUANT) && PERSISTENT),
+                "16-bit weights, fp8 w8a8, or weight-only formats on the persistent variant");
   static_assert(ROLE == kRoleGemm1 || ACT == kActNone, "GEMM2 has no activation");
   static_assert(!STAGED || PERSISTENT, "the plain variant always stages its tile in the idle ring");
   static_assert(!PINGPONG || PERSISTENT, "ping-pong groups are the persistent variant's");

@@ -3,6 +3,7 @@
 // A rows by cp.async) across the tiles a CTA walks, consumer warpgroups multiplying and storing.
 #pragma once
 
+#include "moe/moe_gemm_wgmma_dequant.cuh"
 #include "moe/moe_gemm_wgmma_parts.cuh"
 #include "moe/moe_tile_rows.cuh"
 
@@ -29,6 +30,9 @@ namespace moe_wgmma_detail {
 // Every consumer warp also arrives on the peer's `empty` barrier, so that a slot is refilled only
 // once both CTAs are done with it. A pair's missing second tile (odd tile count) runs as zero rows
 // that store nothing. Each weight tile then leaves L2 once per pair, not once per row tile.
+// Weight-only formats (DEQUANT): every producer thread copies its share of the stored weights and
+// writes them, dequantized, into the ring slot (WeightDequantizer); the slot's `full` barrier then
+// also waits for each producer thread's arrival after its stores.
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED, bool PINGPONG,
           bool MULTICAST>
 __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* s_a, int kt_begin, int local_tiles,
@@ -53,7 +57,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producer's");
   static_assert(!BLOCK_SCALED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
-  static_assert(moe_wgmma_b_by_tma(true), "the persistent variant reads weight tiles by bulk tensor copies");
+  constexpr bool DEQUANT = quant_dequantizes_b(QUANT);
+  static_assert(moe_wgmma_b_by_tma(true, QUANT) != DEQUANT,
+                "the persistent variant reads 16-bit / fp8 weight tiles by bulk tensor copies");
+  static_assert(!DEQUANT || (!MULTICAST && !PINGPONG), "weight-only formats: one consumer group, no clusters");
   constexpr bool A_TMA = moe_wgmma_a_by_tma(ROLE, true);
   // GEMM1 with X gathered beforehand into padded-row order: A tiles by bulk tensor copies too.
   const bool a_tma = A_TMA || (ROLE == kRoleGemm1 && args.a_pregathered != 0);
@@ -65,12 +72,14 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
   const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
   if (tid == 0) {
-    sm90::prefetch_tensor_map(args.b_tensor_map);
+    if (!DEQUANT) sm90::prefetch_tensor_map(args.b_tensor_map);
     if (a_tma) sm90::prefetch_tensor_map(args.a_tensor_map);
     for (int s = 0; s < STAGES; ++s) {
       // Arrivals per fill: thread 0's expected-bytes arrival for the boxes, plus one (async) per
-      // producer thread's A copies when A comes by cp.async.
-      sm90::mbar_init(full0 + s * 8, a_tma ? 1 : 1 + 128);
+      // producer thread's A copies when A comes by cp.async. DEQUANT: no weight boxes (A by cp.async:
+      // no expected bytes at all), one arrival per producer thread after its weight stores.
+      const unsigned tx_arrivals = DEQUANT && !a_tma ? 0 : 1;
+      sm90::mbar_init(full0 + s * 8, tx_arrivals + (a_tma ? 0 : 128) + (DEQUANT ? 128 : 0));
       // One arrival per consumer thread of the tile's group (multicast: + one per consumer warp of the peer).
       sm90::mbar_init(empty0 + s * 8, TILE_THREADS + (MULTICAST ? TILE_THREADS / 32 : 0));
     }
@@ -120,7 +129,56 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       }
     };
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
-    if (a_tma) {
+    if constexpr (DEQUANT) {
+      // The stored weights' ring: after the column scales and the staged tile, if any.
+      using DQ = WeightDequantizer<ACT, QUANT, DTYPE, BLOCK_N, T::B_ROWS>;
+      constexpr int RAW_SLOT = DQ::LOADS * DQ::THREADS * 16;
+      const unsigned raw0 = smem_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16 + 256 * 4 +
+                            (STAGED ? BLOCK_M * (BLOCK_N + 8) * moe_wgmma_out_bytes(ROLE) : 0);
+      static_assert(DQ::RAW_STAGES * RAW_SLOT == moe_wgmma_raw_bytes(QUANT, T::B_ROWS), "the host sizes the raw ring");
+      DQ dq;
+      ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, true> loader;  // A rows (not pregathered)
+      for (int item = first; item < items; item += walkers) {
+        const Work w = locate(item);
+        dq.init(args, w.n0, w.expert, tid);
+        if (!a_tma) loader.init(args, w.tile * BLOCK_M, w.n0, w.expert, tid, w.rows_valid);
+        // Prime the raw ring RAW_STAGES - 1 k tiles deep (one cp.async group each), and the first scales.
+#pragma unroll
+        for (int j = 0; j < DQ::RAW_STAGES - 1; ++j) {
+          if (j < local_tiles) dq.issue(args, raw0 + j * RAW_SLOT, kt_begin + j);
+          sm80::cp_async_commit();
+        }
+        dq.fetch_scales(args, kt_begin);
+        for (int i = 0; i < local_tiles; ++i, ++it) {
+          const int slot = it % STAGES;
+          const unsigned full = full0 + slot * 8;
+          sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
+          if (a_tma) {
+            if (tid == 0) {
+              sm90::mbar_arrive_expect_tx(full, T::A_STAGE);
+              sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, (kt_begin + i) * kRowBytes,
+                                w.tile * BLOCK_M, 0, full);
+            }
+          } else {
+            loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
+            sm90::cp_async_mbar_arrive(full);
+          }
+          // Refill: k tile i + RAW_STAGES - 1 into the raw slot tile i - 1 used (this thread has
+          // read it); then tile i's group (RAW_STAGES - 1 groups back) has landed.
+          const int ahead = i + DQ::RAW_STAGES - 1;
+          if (ahead < local_tiles) dq.issue(args, raw0 + (ahead % DQ::RAW_STAGES) * RAW_SLOT, kt_begin + ahead);
+          sm80::cp_async_commit();
+          unsigned cur[DQ::LOADS];  // this k tile's scales; the next tile's load meanwhile
+#pragma unroll
+          for (int l = 0; l < DQ::LOADS; ++l) cur[l] = dq.scale_next[l];
+          if (i + 1 < local_tiles) dq.fetch_scales(args, kt_begin + i + 1);
+          sm80::cp_async_wait<DQ::RAW_STAGES - 1>();
+          dq.convert(args, raw0 + (i % DQ::RAW_STAGES) * RAW_SLOT, smem_b + slot * T::B_STAGE, kt_begin + i, cur);
+          sm90::fence_proxy_async();  // this thread's weight stores -> the async proxy (wgmma)
+          sm90::mbar_arrive(full);
+        }
+      }
+    } else if (a_tma) {
       // Every copy is one bulk tensor copy: thread 0 produces alone.
       if (tid == 0)
         for (int item = first; item < items; item += walkers) {
@@ -170,7 +228,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
     // The staged epilogue's own tile (StagedTile), after the column scales (the host sizes shared
     // memory with moe_wgmma_smem_bytes and refuses a staged tile that does not fit).
-    static_assert(!STAGED || moe_wgmma_staging_bytes(ROLE, BLOCK_M, BLOCK_N, STAGES, T::G == 2, true) > 0,
+    static_assert(!STAGED || moe_wgmma_staging_bytes(ROLE, BLOCK_M, BLOCK_N, STAGES, T::G == 2, true, QUANT) > 0,
                   "the staged tile fits beside the ring");
     static_assert(!(PINGPONG && STAGED), "ping-pong groups would need staging tiles of their own");
     unsigned char* s_out = reinterpret_cast<unsigned char*>(s_col_scale + 256);

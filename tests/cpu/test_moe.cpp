@@ -39,8 +39,13 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
   for (auto& c : moe_quant_tile_sweep_cases(227 * 1024, "sm_90a")) sweep.push_back(std::move(c));
   for (const auto& c : moe_swap_ab_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : moe_wgmma_cases()) sweep.push_back({c.spec, c.config});
+  for (const auto& c : moe_wgmma_dequant_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : moe_rows16_cases())  // GEMM2 storing DTYPE rows, as the forward at M = 1024 compiles it
     for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a", true))
+      if (seen.insert(s.to_json().dump()).second) specs.push_back(s);
+  for (const auto& c : moe_wgmma_dequant_cases())  // GEMM2 in the role their largest batch takes
+    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a",
+                                           moe_gemm2_stores_rows16(c.spec, c.config, c.token_counts.back())))
       if (seen.insert(s.to_json().dump()).second) specs.push_back(s);
   for (const auto& c : sweep)  // GEMM2 in a one-token forward's role (staged rows-only tiles: DTYPE rows)
     for (auto& s : moe_expert_kernel_specs(c.spec, c.config, "sm_90a", moe_gemm2_stores_rows16(c.spec, c.config, 1)))

@@ -251,6 +251,19 @@ TEST_CASE("gpu moe: GEMM1 weight tiles multicast over two-CTA clusters equal the
   check_own_cases("gpu moe multicast", uses_multicast, 2500, "multicast");
 }
 
+// Weight-only formats on the persistent wgmma kernel: the producer warpgroup dequantizes int8 / int4 /
+// MXFP4 weights into the ring the wgmmas read.
+TEST_CASE("gpu moe: weight-only formats dequantized on the wgmma kernel equal the fp64 reference") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe wgmma dequant")) return;
+  if (!arch_has_wgmma(rt.device_arch())) {
+    MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
+    return;
+  }
+  const int checked = check_kernel_cases(rt, moe_wgmma_dequant_cases(), 2700, "wgmma");
+  MESSAGE(fmt::format("{} dequantizing wgmma forwards checked against the fp64 reference", checked));
+}
+
 // Large batches in the fast mode: GEMM2 stores each routed slot's row in DTYPE and reduce16 sums a
 // token's rows (moe_gemm2_stores_rows16), on every kernel family that can run GEMM2.
 TEST_CASE("gpu moe: GEMM2's DTYPE rows and their top-k sum equal the fp64 reference") {

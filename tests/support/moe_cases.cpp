@@ -408,6 +408,66 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
   return out;
 }
 
+std::vector<MoeKernelCase> moe_wgmma_dequant_cases() {
+  // Weight-only formats dequantized by the persistent wgmma kernel's producer warpgroup: K tails
+  // against the 64-wide k tile (16-byte pieces of 32 or 16 weights), interleaved / stacked / single
+  // weight rows, f16 (MXFP4 through fp32), zero points, the unfused layer, several k tiles per tile.
+  auto layer = [](int e, int top_k, int hidden, int intermediate, MoeActivation act, MoeDType dtype, MoeQuant q) {
+    MoeSpec s = small_layer(e, top_k, hidden, intermediate, act, dtype, q);
+    s.quant_group = 32;
+    return s;
+  };
+  std::vector<MoeSpec> specs;
+  MoeSpec s = layer(8, 2, 352, 96, kActSwigluOai, kDTypeBF16, kQuantMxfp4);  // gpt-oss: interleaved, biases
+  s.has_bias = true;
+  specs.push_back(s);
+  specs.push_back(layer(8, 2, 288, 160, kActSiluMul, kDTypeF16, kQuantMxfp4));
+  s = layer(8, 2, 448, 192, kActGeluMul, kDTypeBF16, kQuantInt4Group);
+  s.quant_group = 64;
+  s.quant_zero_points = true;
+  specs.push_back(s);
+  specs.push_back(layer(8, 2, 416, 96, kActRelu2, kDTypeF16, kQuantInt4Group));  // one input per column
+  s = layer(8, 2, 208, 80, kActSiluMul, kDTypeBF16, kQuantInt8Channel);
+  s.has_bias = true;
+  specs.push_back(s);
+  s = layer(8, 2, 272, 144, kActSwigluOai, kDTypeF16, kQuantInt8Channel);
+  s.fused = false;  // raw GEMM1 rows, GEMM2 rows + the top-k sum
+  specs.push_back(s);
+  specs.push_back(layer(16, 4, 576, 384, kActSiluMul, kDTypeBF16, kQuantMxfp4));  // 9 and 6 k tiles
+  std::vector<MoeKernelCase> out;
+  for (const MoeSpec& spec : specs) {
+    const int g1 = spec.fused && activation_is_gated(spec.activation) ? 2 : 1;
+    for (int bm : {64, 128})
+      for (int variant = 0; variant < 5; ++variant) {
+        MoeTileConfig c;
+        c.block_m = bm;
+        std::vector<int> tokens = {40, 300};
+        if (variant == 0) {  // several items per CTA at M = 8000
+          c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
+          c.gemm2 = wgmma_tile(128, 4, 0, true);
+          tokens.push_back(8000);
+        } else if (variant == 1) {  // 256 weight rows: 4 pieces per thread (int8: 8)
+          c.gemm1 = wgmma_tile(256 / g1, 3, 0, true);
+          c.gemm2 = wgmma_tile(256, 3, 0, true);
+        } else if (variant == 2) {  // staged epilogues (GEMM2 split in the fused layer)
+          c.gemm1 = wgmma_tile(64 / g1, 4, 0, true, true);
+          c.gemm2 = wgmma_tile(128, 3, spec.fused ? 2 : 1, true, true);
+        } else if (variant == 3) {  // GEMM1 reading X gathered beforehand, walking 3 rows per sweep
+          c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
+          c.gemm2 = wgmma_tile(192, 3, 0, true);
+          c.gemm1.pregather = true;
+          c.gemm1.walk_rows = 3;
+          tokens.push_back(8000);
+        } else {  // 192 / 64 weight rows, a deep ring
+          c.gemm1 = wgmma_tile(192 / g1, 4, 0, true);
+          c.gemm2 = wgmma_tile(64, 6, 0, true);
+        }
+        out.push_back({spec, c, tokens});
+      }
+  }
+  return out;
+}
+
 std::vector<MoeKernelCase> moe_rows16_cases() {
   // M = 1024 x top_k 8 x hidden 2048 x 4 bytes = 64 MiB of fp32 adds: GEMM2 stores DTYPE rows.
   std::vector<MoeKernelCase> out;

@@ -46,6 +46,10 @@ std::vector<MoeKernelCase> moe_swap_ab_cases();
 // CTAs, plain and persistent; fp8 w8a8 with block / channel / tensor scales on both variants.
 // Tokens 40 and 300 (several row tiles per expert).
 std::vector<MoeKernelCase> moe_wgmma_cases();
+// Weight-only formats (int8, int4, MXFP4) on the persistent wgmma kernel (dequantized by its
+// producer warpgroup): K tails, every activation kind, f16, zero points, unfused, staged / split /
+// pregathered variants, M up to 8000.
+std::vector<MoeKernelCase> moe_wgmma_dequant_cases();
 // The fast mode's large batches, where GEMM2 stores per-slot DTYPE rows summed by reduce16
 // (moe_gemm2_stores_rows16): bf16, fp8_block and int4 weights with biases on the shared-memory, swap-AB and
 // wgmma (plain, persistent) kernels, M = 1024.

@@ -1,0 +1,128 @@
+// The persistent wgmma kernel's weight-only formats (int8 per channel, int4 groups, MXFP4): the
+// producer warpgroup turns stored weights into the DTYPE B tile the wgmmas read.
+//
+// Each producer thread owns LOADS 16-byte pieces of the tile's stored rows per k tile (row r,
+// piece p of its RAW_ROW bytes) for the whole work item: it copies them by cp.async into a ring of
+// RAW_STAGES k tiles of its own (the pieces of one thread lie together, so a warp's reads back are
+// 512 contiguous bytes and no thread waits on another's copies), RAW_STAGES - 1 k tiles ahead of
+// the tile it converts; converts each piece (dequant8: 4 or 2 chunks of eight DTYPE weights) and
+// stores the chunks into the ring slot in the 128-byte-swizzle layout the bulk tensor copies of
+// 16-bit weights produce (chunk c of row r at c ^ (r % 8)). Scales (and int4 zero points) come one
+// k tile ahead in registers. Weight rows past the output columns and k past K become zeros.
+//
+// Why the producer: the consumers keep the tensor cores busy; the producer's 128 threads convert a
+// 128 x 256-row tile's 16384 weights in ~350 issue slots per scheduler against the ~1000 cycles its
+// wgmmas take, and the DTYPE ring (STAGES slots) absorbs the raw ring's refill at each new item.
+#pragma once
+
+#include "common/mma_sm80.cuh"
+#include "moe/moe_dequant.cuh"
+#include "moe/moe_gemm_args.cuh"
+#include "moe/moe_tile_rows.cuh"
+
+namespace moejit {
+namespace moe_wgmma_detail {
+
+template <int ACT, int QUANT, int DTYPE, int BLOCK_N, int B_ROWS>
+struct WeightDequantizer {
+  static constexpr int THREADS = 128;                                  // the producer warpgroup
+  static constexpr int G = activation_is_gated(ACT) ? 2 : 1;
+  static constexpr int RAW_ROW = 64 * quant_weight_bits(QUANT) / 8;    // stored bytes of a row's k tile
+  static constexpr int PIECES = RAW_ROW / 16;                          // 16-byte pieces per row
+  static constexpr int LOADS = B_ROWS * PIECES / THREADS;              // pieces per thread and k tile
+  static constexpr int PIECE_K = 128 / quant_weight_bits(QUANT);       // weights per piece: 32 or 16
+  static constexpr int CHUNKS = PIECE_K / 8;                           // 8-weight chunks per piece
+  static constexpr int RAW_STAGES = kMoeWgmmaRawStages;
+  static_assert(LOADS * THREADS == B_ROWS * PIECES, "the tile's pieces share out evenly");
+  static_assert(quant_dequantizes_b(QUANT), "weight-only formats");
+
+  int wrow[LOADS];           // weight row of each piece (-1 past the output columns)
+  long long scale_at[LOADS];  // index of the piece row's first scale (k = 0)
+  unsigned scale_next[LOADS];  // the next k tile's scale (int4: DTYPE bits | zero point << 16)
+  const unsigned char* b_base;  // the expert's weights
+  int tid;
+
+  __device__ static int row_of(int tid, int l) { return (tid + l * THREADS) / PIECES; }
+  __device__ static int piece_of(int tid, int l) { return (tid + l * THREADS) % PIECES; }
+
+  __device__ void init(const MoeGemmArgs& args, int n0, int expert, int thread) {
+    tid = thread;
+    b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride;
+#pragma unroll
+    for (int l = 0; l < LOADS; ++l) {
+      const int r = row_of(tid, l);
+      wrow[l] = moe_tile::weight_row<ACT>(args, n0 + (G == 2 ? r % BLOCK_N : r), G == 2 ? r / BLOCK_N : 0);
+      scale_at[l] = wrow[l] < 0 ? 0
+                                : expert * args.b_scale_expert_stride +
+                                      static_cast<long long>(wrow[l] >> args.b_scale_row_shift) * args.b_scale_row_stride;
+    }
+  }
+  __device__ bool piece_valid(const MoeGemmArgs& args, int l, int kt) const {
+    return wrow[l] >= 0 && kt * 64 + piece_of(tid, l) * PIECE_K < args.inner;
+  }
+  // cp.async of this thread's pieces of k tile kt into raw ring slot (raw + slot's offset).
+  __device__ void issue(const MoeGemmArgs& args, unsigned raw, int kt) const {
+#pragma unroll
+    for (int l = 0; l < LOADS; ++l) {
+      const bool valid = piece_valid(args, l, kt);
+      const unsigned char* src =
+          valid ? b_base + static_cast<long long>(wrow[l]) * args.ldb + kt * RAW_ROW + piece_of(tid, l) * 16 : b_base;
+      sm80::cp_async_16(raw + (l * THREADS + tid) * 16, src, valid);
+    }
+  }
+  // The scales of k tile kt's pieces into scale_next (their latency runs under one k tile's work).
+  __device__ void fetch_scales(const MoeGemmArgs& args, int kt) {
+    if constexpr (QUANT != kQuantInt8Channel) {  // int8: per-row scales in the epilogue
+#pragma unroll
+      for (int l = 0; l < LOADS; ++l) {
+        scale_next[l] = 0u;
+        if (!piece_valid(args, l, kt)) continue;
+        const long long si = scale_at[l] + ((kt * 64 + piece_of(tid, l) * PIECE_K) >> args.b_scale_k_shift);
+        if constexpr (QUANT == kQuantMxfp4) {
+          scale_next[l] = __ldg(static_cast<const unsigned char*>(args.b_scale) + si);
+        } else {  // int4: the DTYPE scale, and the zero point (8 without per-group zero points)
+          const unsigned zero = args.b_zero ? __ldg(args.b_zero + si) : 8u;
+          scale_next[l] = __ldg(static_cast<const unsigned short*>(args.b_scale) + si) | (zero << 16);
+        }
+      }
+    }
+  }
+  // Raw slot -> DTYPE B tile at sb (swizzled); uses the scales fetched for this k tile.
+  __device__ void convert(const MoeGemmArgs& args, unsigned raw, unsigned sb, int kt, const unsigned (&scale)[LOADS]) const {
+#pragma unroll
+    for (int l = 0; l < LOADS; ++l) {
+      const int r = row_of(tid, l), p = piece_of(tid, l);
+      uint4 bytes;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(bytes.x), "=r"(bytes.y), "=r"(bytes.z), "=r"(bytes.w)
+                   : "r"(raw + (l * THREADS + tid) * 16));
+      const unsigned word[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
+      const bool valid = piece_valid(args, l, kt);
+      // MXFP4 into bf16: one multiply by 2^(s - 1) where the scale allows (dequant8's exact way else).
+      const bool folded = QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16 && dequant::mxfp4_bf16_factor_fits(scale[l]);
+#pragma unroll
+      for (int h = 0; h < CHUNKS; ++h) {
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (valid) {
+          if constexpr (QUANT == kQuantMxfp4) {
+            if (folded) v = dequant::mxfp4x8_bf16_scaled(word[h], dequant::mxfp4_bf16_factor(scale[l]));
+            else v = dequant::dequant8<QUANT, DTYPE>(word[h], 0u, dequant::e8m0_to_float(scale[l]), 0.f);
+          } else if constexpr (QUANT == kQuantInt4Group) {
+            v = dequant::dequant8<QUANT, DTYPE>(word[h], 0u,
+                                                sm80::to_float<DTYPE>(static_cast<unsigned short>(scale[l] & 0xffffu)),
+                                                static_cast<float>(scale[l] >> 16));
+          } else {  // int8: exact in DTYPE; its scale comes in the epilogue
+            v = dequant::dequant8<QUANT, DTYPE>(word[2 * h], word[2 * h + 1], 1.f, 0.f);
+          }
+        }
+        const int c = p * CHUNKS + h;
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + r * 128 + ((c ^ (r & 7)) * 16)),
+                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                     : "memory");
+      }
+    }
+  }
+};
+
+}  // namespace moe_wgmma_detail
+}  // namespace moejit
