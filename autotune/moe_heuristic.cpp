@@ -203,13 +203,26 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     c.gemm2 = wgmma_tile(128, 3, 0, true, true);
     return c;
   }
-  // Weight-only formats past decode (sm_90a): the persistent wgmma kernel, its producer warpgroup
-  // dequantizing the weights into the ring (in place of the shared-memory kernel's mma.sync);
-  // 3 slots at 256 weight rows leave room for the stored weights' ring, GEMM2 stages DTYPE rows.
+  // Weight-only formats past decode (sm_90a): the persistent wgmma kernel, its two producer
+  // warpgroups dequantizing the weights into the ring (in place of the shared-memory kernel's
+  // mma.sync); 128 weight rows per tile (the most 128-row tiles take with 512 threads), GEMM2
+  // stages DTYPE rows.
   if (quant_dequantizes_b(spec.quant) && rows > kBucketRows[0] && wgmma_supported(spec, arch)) {
     c.block_m = rows <= kBucketRows[2] ? 64 : 128;
-    c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, c.block_m == 64 ? 4 : 3, 0, true);
+    c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
     c.gemm2 = wgmma_tile(128, 4, 0, true, spec.fused);
+    // Fewer slots where 4 and the stored weights' ring (int8: 64 KiB at 256 rows) pass 227 KiB.
+    const int bm = c.block_m;
+    const int role2 = spec.fused ? kRoleGemm2Rows16 : kRoleGemm2Rows;
+    while (c.gemm1.stages > 3 && moe_wgmma_smem_bytes(kRoleGemm1, bm, c.gemm1.block_n, c.gemm1.stages, gemm1_gated,
+                                                      false, spec.quant) +
+                                         moe_gemm_static_smem_bytes(bm) + 1024 >
+                                     kMoeWgmmaMaxSharedBytes)
+      --c.gemm1.stages;
+    while (c.gemm2.stages > 3 && moe_wgmma_smem_bytes(role2, bm, 128, c.gemm2.stages, false, spec.fused, spec.quant) +
+                                         moe_gemm_static_smem_bytes(bm) + 1024 >
+                                     kMoeWgmmaMaxSharedBytes)
+      --c.gemm2.stages;
     return c;
   }
   // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to 64 rows, 64-row tiles of the

@@ -239,7 +239,7 @@ FamilyInfo moe_gemm_wgmma_family() {
       derived_int("block_k", "", "k per tile: one 128-byte swizzled row (64 16-bit or 128 e4m3 elements)"),
       derived_int("threads", "",
                   "threads per CTA = 128 per 64 rows (ping-pong: per group's tile) (+ 128 producer threads when "
-                  "persistent)"),
+                  "persistent; 256 for weight-only formats)"),
       derived_int("b_tma", "",
                   "1: weight tiles by bulk tensor copies (persistent, 16-bit / fp8 weights; the host passes a tensor "
                   "map in MoeGemmArgs::b_tensor_map); 0: by cp.async (weight-only formats: dequantized by the "
@@ -270,6 +270,13 @@ FamilyInfo moe_gemm_wgmma_family() {
       throw Error(Phase::Validate, fmt::format("moe_gemm_wgmma: block_m = {} must be 64 or 128", bm));
     const bool gated = activation_is_gated(act);
     const std::int64_t b_rows = (gated ? 2 : 1) * bn;
+    // Two producer warpgroups + two consumer ones: 512 threads leave ptxas 128 registers per
+    // thread, too few for the 128 accumulators of m64n256 (it sizes the whole kernel by the bound).
+    if (dequant && bm == 128 && b_rows > 128)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: quant {} on 128-row tiles takes at most 128 weight rows per tile (block_n "
+                              "{}{}: {}): its 512 threads leave 128 registers per thread",
+                              s.get_string("quant"), bn, gated ? ", gated" : "", b_rows));
     if (b_rows % 64 != 0 || b_rows > 256)
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} weight rows per tile (block_n {}{}) must be 64, 128, 192 or 256", b_rows,
@@ -311,7 +318,7 @@ FamilyInfo moe_gemm_wgmma_family() {
                   fmt::format("moe_gemm_wgmma: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)",
                               smem + static_smem, kMaxSharedBytes));
     s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
-    s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), persistent, pingpong));
+    s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), persistent, pingpong, quant));
     s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(persistent, quant) ? 1 : 0);
     s.params["a_tma"] = std::int64_t(moe_wgmma_a_by_tma(role, persistent) ? 1 : 0);
     s.params["smem_bytes"] = smem;

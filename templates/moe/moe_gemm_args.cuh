@@ -163,16 +163,22 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_block_k(int quant) { return 128 / qua
 // (one consumer warpgroup otherwise leaves the tensor cores idle through every epilogue).
 // Tile rows whose slot / A row / router weight the CTA holds at once: one tile per consumer group.
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_rows_held(int block_m, bool pingpong) { return pingpong ? 2 * block_m : block_m; }
+// Producer warpgroups of the persistent variant: two where they dequantize weight-only formats (one
+// warp per scheduler left the conversion latency-bound: 72% of issue cycles had no eligible warp).
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_producer_threads(int quant) { return quant_dequantizes_b(quant) ? 256 : 128; }
 // Threads per CTA: 128 per 64 rows (per 64-row tile of each ping-pong warpgroup), plus the producer
-// warpgroup of the persistent variant.
-MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent, bool pingpong = false) {
-  return (moe_wgmma_rows_held(block_m, pingpong) / 64 + (persistent ? 1 : 0)) * 128;
+// warpgroup(s) of the persistent variant.
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent, bool pingpong = false,
+                                                   int quant = kQuantNone) {
+  return moe_wgmma_rows_held(block_m, pingpong) / 64 * 128 + (persistent ? moe_wgmma_producer_threads(quant) : 0);
 }
 // Weight-only formats on the persistent variant: each producer thread's ring of the stored bytes of
 // kMoeWgmmaRawStages k tiles (moe_gemm_wgmma_dequant.cuh), after everything else.
 constexpr int kMoeWgmmaRawStages = 4;
+// (A slot: every producer thread's 16-byte pieces of a k tile's stored rows, as many per thread.)
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_bytes(int quant, int b_rows) {
-  return quant_dequantizes_b(quant) ? kMoeWgmmaRawStages * b_rows * 64 * quant_weight_bits(quant) / 8 : 0;
+  const int pieces = b_rows * 64 * quant_weight_bits(quant) / 8 / 16, threads = quant_dequantizes_b(quant) ? 256 : 128;
+  return quant_dequantizes_b(quant) ? kMoeWgmmaRawStages * ((pieces + threads - 1) / threads) * threads * 16 : 0;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_ring_bytes(int block_m, int block_n, int stages, bool gated,
                                                       int quant = kQuantNone) {

@@ -10,9 +10,10 @@
 // 16-bit weights produce (chunk c of row r at c ^ (r % 8)). Scales (and int4 zero points) come one
 // k tile ahead in registers. Weight rows past the output columns and k past K become zeros.
 //
-// Why the producer: the consumers keep the tensor cores busy; the producer's 128 threads convert a
-// 128 x 256-row tile's 16384 weights in ~350 issue slots per scheduler against the ~1000 cycles its
-// wgmmas take, and the DTYPE ring (STAGES slots) absorbs the raw ring's refill at each new item.
+// Why the producers: the consumers keep the tensor cores busy; two producer warpgroups (PRODUCERS =
+// 256 threads, two warps per scheduler: one alone stalled on its loads' latency) convert a 128 x
+// 256-row tile's 16384 weights per k tile, and the DTYPE ring (STAGES slots) absorbs the raw ring's
+// refill at each new item.
 #pragma once
 
 #include "common/mma_sm80.cuh"
@@ -23,20 +24,20 @@
 namespace moejit {
 namespace moe_wgmma_detail {
 
-template <int ACT, int QUANT, int DTYPE, int BLOCK_N, int B_ROWS>
+template <int ACT, int QUANT, int DTYPE, int BLOCK_N, int B_ROWS, int PRODUCERS>
 struct WeightDequantizer {
-  static constexpr int THREADS = 128;                                  // the producer warpgroup
+  static constexpr int THREADS = PRODUCERS;                            // the producer warpgroups
   static constexpr int G = activation_is_gated(ACT) ? 2 : 1;
   static constexpr int RAW_ROW = 64 * quant_weight_bits(QUANT) / 8;    // stored bytes of a row's k tile
   static constexpr int PIECES = RAW_ROW / 16;                          // 16-byte pieces per row
-  static constexpr int LOADS = B_ROWS * PIECES / THREADS;              // pieces per thread and k tile
+  static constexpr int TOTAL = B_ROWS * PIECES;                        // pieces of a k tile
+  static constexpr int LOADS = (TOTAL + THREADS - 1) / THREADS;         // pieces per thread and k tile
   static constexpr int PIECE_K = 128 / quant_weight_bits(QUANT);       // weights per piece: 32 or 16
   static constexpr int CHUNKS = PIECE_K / 8;                           // 8-weight chunks per piece
   static constexpr int RAW_STAGES = kMoeWgmmaRawStages;
-  static_assert(LOADS * THREADS == B_ROWS * PIECES, "the tile's pieces share out evenly");
   static_assert(quant_dequantizes_b(QUANT), "weight-only formats");
 
-  int wrow[LOADS];           // weight row of each piece (-1 past the output columns)
+  int wrow[LOADS];           // weight row of each piece (-1 past the output columns, -2 past the tile)
   long long scale_at[LOADS];  // index of the piece row's first scale (k = 0)
   unsigned scale_next[LOADS];  // the next k tile's scale (int4: DTYPE bits | zero point << 16)
   const unsigned char* b_base;  // the expert's weights
@@ -51,7 +52,9 @@ struct WeightDequantizer {
 #pragma unroll
     for (int l = 0; l < LOADS; ++l) {
       const int r = row_of(tid, l);
-      wrow[l] = moe_tile::weight_row<ACT>(args, n0 + (G == 2 ? r % BLOCK_N : r), G == 2 ? r / BLOCK_N : 0);
+      wrow[l] = tid + l * THREADS >= TOTAL
+                    ? -2
+                    : moe_tile::weight_row<ACT>(args, n0 + (G == 2 ? r % BLOCK_N : r), G == 2 ? r / BLOCK_N : 0);
       scale_at[l] = wrow[l] < 0 ? 0
                                 : expert * args.b_scale_expert_stride +
                                       static_cast<long long>(wrow[l] >> args.b_scale_row_shift) * args.b_scale_row_stride;
@@ -64,6 +67,7 @@ struct WeightDequantizer {
   __device__ void issue(const MoeGemmArgs& args, unsigned raw, int kt) const {
 #pragma unroll
     for (int l = 0; l < LOADS; ++l) {
+      if (LOADS * THREADS > TOTAL && wrow[l] == -2) continue;  // no piece of the tile
       const bool valid = piece_valid(args, l, kt);
       const unsigned char* src =
           valid ? b_base + static_cast<long long>(wrow[l]) * args.ldb + kt * RAW_ROW + piece_of(tid, l) * 16 : b_base;
@@ -91,6 +95,7 @@ struct WeightDequantizer {
   __device__ void convert(const MoeGemmArgs& args, unsigned raw, unsigned sb, int kt, const unsigned (&scale)[LOADS]) const {
 #pragma unroll
     for (int l = 0; l < LOADS; ++l) {
+      if (LOADS * THREADS > TOTAL && wrow[l] == -2) continue;
       const int r = row_of(tid, l), p = piece_of(tid, l);
       uint4 bytes;
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"

@@ -52,12 +52,16 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   // with LAUNCH_REGS per thread (launch bounds: 384 threads, one CTA per SM); a consumer's
   // setmaxnreg.inc waits until the producer's .dec has returned enough of them, so what the
   // consumers gain must not exceed what the producer gives back (else it waits forever).
+  // Weight-only formats (DEQUANT): two producer warpgroups, no register moves (ptxas sizes the whole
+  // kernel by the launch bound: 512 threads, 128 registers, enough for <= 128 weight rows).
+  constexpr bool DEQUANT = quant_dequantizes_b(QUANT);
+  constexpr int PRODUCERS = moe_wgmma_producer_threads(QUANT);  // producer threads: warpgroups 0 (, 1)
+  constexpr bool MOVE_REGS = CONSUMERS == 256 && !DEQUANT;       // setmaxnreg
   constexpr int PRODUCER_REGS = BLOCK_SCALED ? 96 : 136, CONSUMER_REGS = BLOCK_SCALED ? 200 : 176;
   constexpr int LAUNCH_REGS = 65536 / 384 / 8 * 8;
   static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producer's");
   static_assert(!BLOCK_SCALED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
-  constexpr bool DEQUANT = quant_dequantizes_b(QUANT);
   static_assert(moe_wgmma_b_by_tma(true, QUANT) != DEQUANT,
                 "the persistent variant reads 16-bit / fp8 weight tiles by bulk tensor copies");
   static_assert(!DEQUANT || (!MULTICAST && !PINGPONG), "weight-only formats: one consumer group, no clusters");
@@ -79,7 +83,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       // producer thread's A copies when A comes by cp.async. DEQUANT: no weight boxes (A by cp.async:
       // no expected bytes at all), one arrival per producer thread after its weight stores.
       const unsigned tx_arrivals = DEQUANT && !a_tma ? 0 : 1;
-      sm90::mbar_init(full0 + s * 8, tx_arrivals + (a_tma ? 0 : 128) + (DEQUANT ? 128 : 0));
+      sm90::mbar_init(full0 + s * 8, tx_arrivals + (a_tma ? 0 : PRODUCERS) + (DEQUANT ? PRODUCERS : 0));
       // One arrival per consumer thread of the tile's group (multicast: + one per consumer warp of the peer).
       sm90::mbar_init(empty0 + s * 8, TILE_THREADS + (MULTICAST ? TILE_THREADS / 32 : 0));
     }
@@ -110,8 +114,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     w.multicast = MULTICAST && 2 * unit + 1 < row_tiles && args.tile_expert[2 * unit] == args.tile_expert[2 * unit + 1];
     return w;
   };
-  if (tid < 128) {  // producer warpgroup
-    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_dec<PRODUCER_REGS>();
+  if (tid < PRODUCERS) {  // producer warpgroup(s)
+    if constexpr (MOVE_REGS) sm90::setmaxnreg_dec<PRODUCER_REGS>();
     // Weight box g of k tile kt: the BLOCK_N weight rows of columns n0.. in set g (stacked: from n0
     // + the up rows' offset; interleaved: every second row from 2 n0 + g, the map steps by 2). Rows
     // past the expert's land as zeros; rows past n_out inside it only feed columns the epilogue
@@ -131,13 +135,13 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
     if constexpr (DEQUANT) {
       // The stored weights' ring: after the column scales and the staged tile, if any.
-      using DQ = WeightDequantizer<ACT, QUANT, DTYPE, BLOCK_N, T::B_ROWS>;
+      using DQ = WeightDequantizer<ACT, QUANT, DTYPE, BLOCK_N, T::B_ROWS, PRODUCERS>;
       constexpr int RAW_SLOT = DQ::LOADS * DQ::THREADS * 16;
       const unsigned raw0 = smem_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16 + 256 * 4 +
                             (STAGED ? BLOCK_M * (BLOCK_N + 8) * moe_wgmma_out_bytes(ROLE) : 0);
       static_assert(DQ::RAW_STAGES * RAW_SLOT == moe_wgmma_raw_bytes(QUANT, T::B_ROWS), "the host sizes the raw ring");
       DQ dq;
-      ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, true> loader;  // A rows (not pregathered)
+      ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, PRODUCERS, true> loader;  // A rows (not pregathered)
       for (int item = first; item < items; item += walkers) {
         const Work w = locate(item);
         dq.init(args, w.n0, w.expert, tid);
@@ -211,10 +215,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     }
     sm80::cp_async_wait<0>();
   } else {  // consumer warpgroups
-    if constexpr (CONSUMERS == 256) sm90::setmaxnreg_inc<CONSUMER_REGS>();
+    if constexpr (MOVE_REGS) sm90::setmaxnreg_inc<CONSUMER_REGS>();
     // Group g (ping-pong) takes the CTA's items g, g + 2, ...; its thread gtid, warpgroup wg of
     // the tile (64 rows each).
-    const int ctid = tid - 128, lane = tid & 31, group = PINGPONG ? ctid / TILE_THREADS : 0;
+    const int ctid = tid - PRODUCERS, lane = tid & 31, group = PINGPONG ? ctid / TILE_THREADS : 0;
     const int gtid = ctid - group * TILE_THREADS, cwarp = gtid >> 5, wg = cwarp / 4;
     s_slot += group * BLOCK_M;  // this group's row arrays (moe_wgmma_rows_held)
     s_arow += group * BLOCK_M;

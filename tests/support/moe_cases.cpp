@@ -446,21 +446,21 @@ std::vector<MoeKernelCase> moe_wgmma_dequant_cases() {
           c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
           c.gemm2 = wgmma_tile(128, 4, 0, true);
           tokens.push_back(8000);
-        } else if (variant == 1) {  // 256 weight rows: 4 pieces per thread (int8: 8)
-          c.gemm1 = wgmma_tile(256 / g1, 3, 0, true);
-          c.gemm2 = wgmma_tile(256, 3, 0, true);
+        } else if (variant == 1) {  // the most weight rows (256 on 64-row tiles: 2 pieces per thread, int8 4)
+          c.gemm1 = wgmma_tile((bm == 64 ? 256 : 128) / g1, 3, 0, true);
+          c.gemm2 = wgmma_tile(bm == 64 ? 256 : 128, 3, 0, true);
         } else if (variant == 2) {  // staged epilogues (GEMM2 split in the fused layer)
           c.gemm1 = wgmma_tile(64 / g1, 4, 0, true, true);
           c.gemm2 = wgmma_tile(128, 3, spec.fused ? 2 : 1, true, true);
         } else if (variant == 3) {  // GEMM1 reading X gathered beforehand, walking 3 rows per sweep
           c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
-          c.gemm2 = wgmma_tile(192, 3, 0, true);
+          c.gemm2 = wgmma_tile(bm == 64 ? 192 : 64, 3, 0, true);
           c.gemm1.pregather = true;
           c.gemm1.walk_rows = 3;
           tokens.push_back(8000);
-        } else {  // 192 / 64 weight rows, a deep ring
-          c.gemm1 = wgmma_tile(192 / g1, 4, 0, true);
-          c.gemm2 = wgmma_tile(64, 6, 0, true);
+        } else {  // 192 / 64 weight rows (192: 1.5 pieces per thread), a deep ring
+          c.gemm1 = wgmma_tile((bm == 64 ? 192 : 64) / g1, 4, 0, true);
+          c.gemm2 = wgmma_tile(bm == 64 ? 64 : 128, bm == 64 ? 6 : 5, 0, true);
         }
         out.push_back({spec, c, tokens});
       }
