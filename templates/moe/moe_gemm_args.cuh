@@ -173,12 +173,19 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent,
   return moe_wgmma_rows_held(block_m, pingpong) / 64 * 128 + (persistent ? moe_wgmma_producer_threads(quant) : 0);
 }
 // Weight-only formats on the persistent variant: each producer thread's ring of the stored bytes of
-// kMoeWgmmaRawStages k tiles (moe_gemm_wgmma_dequant.cuh), after everything else.
-constexpr int kMoeWgmmaRawStages = 4;
-// (A slot: every producer thread's 16-byte pieces of a k tile's stored rows, as many per thread.)
+// moe_wgmma_raw_stages k tiles (moe_gemm_wgmma_dequant.cuh), after everything else. A slot holds
+// every producer thread's (256) 16-byte pieces of a k tile's stored rows, as many per thread; 8
+// slots where one is 4 KiB (4-bit, <= 128 weight rows), else 4 (the copies' latency spans ~3 k tiles
+// of conversion at 4).
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_slot_bytes(int b_rows, int quant) {
+  const int pieces = b_rows * 64 * quant_weight_bits(quant) / 8 / 16;
+  return (pieces + 255) / 256 * 256 * 16;
+}
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_stages(int b_rows, int quant) {
+  return moe_wgmma_raw_slot_bytes(b_rows, quant) <= 4096 ? 8 : 4;
+}
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_bytes(int quant, int b_rows) {
-  const int pieces = b_rows * 64 * quant_weight_bits(quant) / 8 / 16, threads = quant_dequantizes_b(quant) ? 256 : 128;
-  return quant_dequantizes_b(quant) ? kMoeWgmmaRawStages * ((pieces + threads - 1) / threads) * threads * 16 : 0;
+  return quant_dequantizes_b(quant) ? moe_wgmma_raw_stages(b_rows, quant) * moe_wgmma_raw_slot_bytes(b_rows, quant) : 0;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_ring_bytes(int block_m, int block_n, int stages, bool gated,
                                                       int quant = kQuantNone) {

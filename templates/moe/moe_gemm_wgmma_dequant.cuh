@@ -34,12 +34,13 @@ struct WeightDequantizer {
   static constexpr int LOADS = (TOTAL + THREADS - 1) / THREADS;         // pieces per thread and k tile
   static constexpr int PIECE_K = 128 / quant_weight_bits(QUANT);       // weights per piece: 32 or 16
   static constexpr int CHUNKS = PIECE_K / 8;                           // 8-weight chunks per piece
-  static constexpr int RAW_STAGES = kMoeWgmmaRawStages;
+  static constexpr int RAW_STAGES = moe_wgmma_raw_stages(B_ROWS, QUANT);
+  static constexpr int SCALE_SETS = 4;  // k tiles whose scales are in registers (fetched 3 tiles ahead)
+  static_assert(THREADS == 256, "moe_wgmma_raw_slot_bytes sizes a slot for 256 producer threads");
   static_assert(quant_dequantizes_b(QUANT), "weight-only formats");
 
   int wrow[LOADS];           // weight row of each piece (-1 past the output columns, -2 past the tile)
   long long scale_at[LOADS];  // index of the piece row's first scale (k = 0)
-  unsigned scale_next[LOADS];  // the next k tile's scale (int4: DTYPE bits | zero point << 16)
   const unsigned char* b_base;  // the expert's weights
   int tid;
 
@@ -74,8 +75,9 @@ struct WeightDequantizer {
       sm80::cp_async_16(raw + (l * THREADS + tid) * 16, src, valid);
     }
   }
-  // The scales of k tile kt's pieces into scale_next (their latency runs under one k tile's work).
-  __device__ void fetch_scales(const MoeGemmArgs& args, int kt) {
+  // The scales of k tile kt's pieces (int4: DTYPE bits | zero point << 16), fetched SCALE_SETS - 1
+  // k tiles ahead: one tile's conversion is shorter than an L2 round trip.
+  __device__ void fetch_scales(const MoeGemmArgs& args, int kt, unsigned (&scale_next)[LOADS]) const {
     if constexpr (QUANT != kQuantInt8Channel) {  // int8: per-row scales in the epilogue
 #pragma unroll
       for (int l = 0; l < LOADS; ++l) {

@@ -152,34 +152,44 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           if (j < local_tiles) dq.issue(args, raw0 + j * RAW_SLOT, kt_begin + j);
           sm80::cp_async_commit();
         }
-        dq.fetch_scales(args, kt_begin);
-        for (int i = 0; i < local_tiles; ++i, ++it) {
-          const int slot = it % STAGES;
-          const unsigned full = full0 + slot * 8;
-          sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
-          if (a_tma) {
-            if (tid == 0) {
-              sm90::mbar_arrive_expect_tx(full, T::A_STAGE);
-              sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, (kt_begin + i) * kRowBytes,
-                                w.tile * BLOCK_M, 0, full);
-            }
-          } else {
-            loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
-            sm90::cp_async_mbar_arrive(full);
-          }
-          // Refill: k tile i + RAW_STAGES - 1 into the raw slot tile i - 1 used (this thread has
-          // read it); then tile i's group (RAW_STAGES - 1 groups back) has landed.
-          const int ahead = i + DQ::RAW_STAGES - 1;
-          if (ahead < local_tiles) dq.issue(args, raw0 + (ahead % DQ::RAW_STAGES) * RAW_SLOT, kt_begin + ahead);
-          sm80::cp_async_commit();
-          unsigned cur[DQ::LOADS];  // this k tile's scales; the next tile's load meanwhile
+        // Scales: set u % SCALE_SETS holds k tile u's, fetched SCALE_SETS - 1 tiles ahead (the loop
+        // runs in unrolled rounds so that every set index is a compile-time register).
+        constexpr int SETS = DQ::SCALE_SETS;
+        unsigned sc[SETS][DQ::LOADS];
 #pragma unroll
-          for (int l = 0; l < DQ::LOADS; ++l) cur[l] = dq.scale_next[l];
-          if (i + 1 < local_tiles) dq.fetch_scales(args, kt_begin + i + 1);
-          sm80::cp_async_wait<DQ::RAW_STAGES - 1>();
-          dq.convert(args, raw0 + (i % DQ::RAW_STAGES) * RAW_SLOT, smem_b + slot * T::B_STAGE, kt_begin + i, cur);
-          sm90::fence_proxy_async();  // this thread's weight stores -> the async proxy (wgmma)
-          sm90::mbar_arrive(full);
+        for (int u = 0; u < SETS - 1; ++u)
+          if (u < local_tiles) dq.fetch_scales(args, kt_begin + u, sc[u]);
+        for (int i0 = 0; i0 < local_tiles; i0 += SETS) {
+#pragma unroll
+          for (int u = 0; u < SETS; ++u) {
+            const int i = i0 + u;
+            if (i >= local_tiles) break;
+            // Set (u - 1) % SETS was k tile i - 1's, converted last iteration.
+            if (i + SETS - 1 < local_tiles) dq.fetch_scales(args, kt_begin + i + SETS - 1, sc[(u + SETS - 1) % SETS]);
+            const int slot = it % STAGES;
+            const unsigned full = full0 + slot * 8;
+            sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
+            if (a_tma) {
+              if (tid == 0) {
+                sm90::mbar_arrive_expect_tx(full, T::A_STAGE);
+                sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, (kt_begin + i) * kRowBytes,
+                                  w.tile * BLOCK_M, 0, full);
+              }
+            } else {
+              loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
+              sm90::cp_async_mbar_arrive(full);
+            }
+            // Refill: k tile i + RAW_STAGES - 1 into the raw slot tile i - 1 used (this thread has
+            // read it); then tile i's group (RAW_STAGES - 1 groups back) has landed.
+            const int ahead = i + DQ::RAW_STAGES - 1;
+            if (ahead < local_tiles) dq.issue(args, raw0 + (ahead % DQ::RAW_STAGES) * RAW_SLOT, kt_begin + ahead);
+            sm80::cp_async_commit();
+            sm80::cp_async_wait<DQ::RAW_STAGES - 1>();
+            dq.convert(args, raw0 + (i % DQ::RAW_STAGES) * RAW_SLOT, smem_b + slot * T::B_STAGE, kt_begin + i, sc[u]);
+            sm90::fence_proxy_async();  // this thread's weight stores -> the async proxy (wgmma)
+            sm90::mbar_arrive(full);
+            ++it;
+          }
         }
       }
     } else if (a_tma) {
