@@ -93,39 +93,54 @@ struct WeightDequantizer {
       }
     }
   }
-  // Raw slot -> DTYPE B tile at sb (swizzled); uses the scales fetched for this k tile.
+  // Raw slot -> DTYPE B tile at sb (swizzled); uses the scales fetched for this k tile. Every
+  // decision (piece past K or the output columns, the MXFP4 scale's folded or exact way) is taken
+  // once per piece, not per chunk: per-chunk tests and their divergence bookkeeping were a fifth
+  // of the producers' instructions.
   __device__ void convert(const MoeGemmArgs& args, unsigned raw, unsigned sb, int kt, const unsigned (&scale)[LOADS]) const {
 #pragma unroll
     for (int l = 0; l < LOADS; ++l) {
       if (LOADS * THREADS > TOTAL && wrow[l] == -2) continue;
       const int r = row_of(tid, l), p = piece_of(tid, l);
+      const unsigned row = sb + r * 128;
+      auto store = [&](int h, const uint4& v) {
+        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(row + (((p * CHUNKS + h) ^ (r & 7)) * 16)),
+                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+                     : "memory");
+      };
+      if (!piece_valid(args, l, kt)) {
+#pragma unroll
+        for (int h = 0; h < CHUNKS; ++h) store(h, make_uint4(0u, 0u, 0u, 0u));
+        continue;
+      }
       uint4 bytes;
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                    : "=r"(bytes.x), "=r"(bytes.y), "=r"(bytes.z), "=r"(bytes.w)
                    : "r"(raw + (l * THREADS + tid) * 16));
       const unsigned word[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-      const bool valid = piece_valid(args, l, kt);
-      // MXFP4 into bf16: one multiply by 2^(s - 1) where the scale allows (dequant8's exact way else).
-      const bool folded = QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16 && dequant::mxfp4_bf16_factor_fits(scale[l]);
+      if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
+        // One multiply by 2^(s - 1) where the scale allows (dequant8's exact way else).
+        if (dequant::mxfp4_bf16_factor_fits(scale[l])) {
+          const unsigned factor = dequant::mxfp4_bf16_factor(scale[l]);
 #pragma unroll
-      for (int h = 0; h < CHUNKS; ++h) {
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (valid) {
-          if constexpr (QUANT == kQuantMxfp4) {
-            if (folded) v = dequant::mxfp4x8_bf16_scaled(word[h], dequant::mxfp4_bf16_factor(scale[l]));
-            else v = dequant::dequant8<QUANT, DTYPE>(word[h], 0u, dequant::e8m0_to_float(scale[l]), 0.f);
-          } else if constexpr (QUANT == kQuantInt4Group) {
-            v = dequant::dequant8<QUANT, DTYPE>(word[h], 0u,
-                                                sm80::to_float<DTYPE>(static_cast<unsigned short>(scale[l] & 0xffffu)),
-                                                static_cast<float>(scale[l] >> 16));
-          } else {  // int8: exact in DTYPE; its scale comes in the epilogue
-            v = dequant::dequant8<QUANT, DTYPE>(word[2 * h], word[2 * h + 1], 1.f, 0.f);
-          }
+          for (int h = 0; h < CHUNKS; ++h) store(h, dequant::mxfp4x8_bf16_scaled(word[h], factor));
+        } else {
+          const float s = dequant::e8m0_to_float(scale[l]);
+#pragma unroll
+          for (int h = 0; h < CHUNKS; ++h) store(h, dequant::dequant8<QUANT, DTYPE>(word[h], 0u, s, 0.f));
         }
-        const int c = p * CHUNKS + h;
-        asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(sb + r * 128 + ((c ^ (r & 7)) * 16)),
-                     "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                     : "memory");
+      } else if constexpr (QUANT == kQuantMxfp4) {
+        const float s = dequant::e8m0_to_float(scale[l]);
+#pragma unroll
+        for (int h = 0; h < CHUNKS; ++h) store(h, dequant::dequant8<QUANT, DTYPE>(word[h], 0u, s, 0.f));
+      } else if constexpr (QUANT == kQuantInt4Group) {
+        const float s = sm80::to_float<DTYPE>(static_cast<unsigned short>(scale[l] & 0xffffu));
+        const float z = static_cast<float>(scale[l] >> 16);
+#pragma unroll
+        for (int h = 0; h < CHUNKS; ++h) store(h, dequant::dequant8<QUANT, DTYPE>(word[h], 0u, s, z));
+      } else {  // int8: exact in DTYPE; its scale comes in the epilogue
+#pragma unroll
+        for (int h = 0; h < CHUNKS; ++h) store(h, dequant::dequant8<QUANT, DTYPE>(word[2 * h], word[2 * h + 1], 1.f, 0.f));
       }
     }
   }
