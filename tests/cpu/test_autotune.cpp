@@ -10,6 +10,7 @@
 #include "autotune/tuned_db.h"
 #include "common/files.h"
 #include "jit/families.h"
+#include "jit/moe_names.h"
 #include "runtime/moe_layer.h"
 #include "support/test_support.h"
 #include "templates/moe/moe_decode_args.cuh"
@@ -233,9 +234,39 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   MoeSpec det = q;
   det.reduce = ReduceMode::Deterministic;
   CHECK_FALSE(heuristic_tile_config(det, 8192, true, "sm_90a").gemm1.wgmma);
+  // Weight-only formats past decode: the persistent wgmma kernel dequantizing in its producers, at
+  // most 128 weight rows on 128-row tiles (512 threads), X gathered beforehand there, rings that
+  // fit 227 KiB beside the stored weights' ring (int8: 64 KiB at 256 rows).
   MoeSpec int8 = q;
   int8.quant = kQuantInt8Channel;
-  CHECK_FALSE(heuristic_tile_config(int8, 8192, true, "sm_90a").gemm1.wgmma);
+  for (MoeQuant wq : {kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4}) {
+    MoeSpec w = q;
+    w.quant = wq;
+    w.quant_group = 128;
+    for (int m : {256, 1024, 8192}) {  // 16 (swap-AB / shared-memory kernel), 64, 512 rows per expert
+      const MoeTileConfig c = heuristic_tile_config(w, m, true, "sm_90a");
+      INFO(quant_name(wq) << " M=" << m << " " << c.describe());
+      if (m == 256) {
+        CHECK_FALSE(c.gemm1.wgmma);
+        continue;
+      }
+      CHECK((c.gemm1.wgmma && c.gemm1.persistent && c.gemm2.wgmma && c.gemm2.persistent));
+      CHECK(c.block_m == (m == 1024 ? 64 : 128));
+      CHECK(c.gemm1.pregather == (c.block_m == 128));
+      CHECK(config_fits(w, c, {227 * 1024, "sm_90a"}));
+      const auto specs = moe_expert_kernel_specs(w, c, "sm_90a", moe_gemm2_stores_rows16(w, c, m));
+      CHECK(specs[0].get_int("b_tma") == 0);  // the stored weights by cp.async
+      CHECK(specs[1].get_int("a_tma") == 1);
+      CHECK(specs[0].get_int("threads") == (c.block_m == 128 ? 512 : 384));
+    }
+    CHECK_FALSE(heuristic_tile_config(w, 8192, true, "sm_80").gemm1.wgmma);
+    int dq_persistent = 0;
+    for (const auto& t : candidate_tiles(w, 128, true, {227 * 1024, "sm_90a"})) {
+      CHECK((!t.wgmma || t.persistent));  // no plain variant
+      dq_persistent += t.wgmma;
+    }
+    CHECK(dq_persistent >= 2);
+  }
   // fp8 w8a8 prefill: persistent wgmma tiles (either variant in the tuner's space).
   MoeSpec f8 = q;
   f8.quant = kQuantFp8Channel;
@@ -272,7 +303,8 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   };
   refused(q, prefill, "sm_90", "needs sm_90a");
   refused(q, prefill, "sm_100a", "needs sm_90a");
-  refused(int8, prefill, "sm_90a", "16-bit or fp8");
+  refused(int8, prefill, "sm_90a", "at most 128 weight rows per tile");  // gated bn128: 256 rows
+  refused(int8, plain_prefill, "sm_90a", "dequantized by the persistent variant's producer warpgroup");
   refused(det, prefill, "sm_90a", "fast reduce mode");
   MoeTileConfig odd = prefill;
   odd.block_m = 32;
