@@ -203,15 +203,21 @@ TEST_CASE("gpu moe: the swap-AB kernel equals the fp64 reference in every weight
   CHECK(std::all_of(out.begin(), out.end(), [](std::uint16_t b) { return b == 0x7fc0; }));
 }
 
+namespace {
+// A GPU with wgmma (sm_90a), or a visible skip.
+bool wgmma_gpu_or_skip(Runtime& rt, const char* test_name) {
+  if (!gpu_or_skip(rt, test_name)) return false;
+  if (arch_has_wgmma(rt.device_arch())) return true;
+  MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
+  return false;
+}
+}  // namespace
+
 // The sm_90a wgmma kernel (prefill): warpgroup MMA from a 128-byte-swizzled cp.async ring, plain
 // and persistent.
 TEST_CASE("gpu moe: the wgmma kernel equals the fp64 reference") {
   Runtime rt(test_options(""));
-  if (!gpu_or_skip(rt, "gpu moe wgmma")) return;
-  if (!arch_has_wgmma(rt.device_arch())) {
-    MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
-    return;
-  }
+  if (!wgmma_gpu_or_skip(rt, "gpu moe wgmma")) return;
   auto cases = moe_wgmma_cases();
   std::erase_if(cases, own_case);  // their own cases below
   const int checked = check_kernel_cases(rt, cases, 2100, "wgmma");
@@ -223,11 +229,7 @@ namespace {
 // a session without device time: a hang or a wrong result is theirs alone).
 void check_own_cases(const char* test_name, bool (*pick)(const MoeKernelCase&), int seed, const char* what) {
   Runtime rt(test_options(""));
-  if (!gpu_or_skip(rt, test_name)) return;
-  if (!arch_has_wgmma(rt.device_arch())) {
-    MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
-    return;
-  }
+  if (!wgmma_gpu_or_skip(rt, test_name)) return;
   std::vector<MoeKernelCase> cases;
   for (auto& c : moe_wgmma_cases())
     if (pick(c)) cases.push_back(c);
@@ -255,11 +257,7 @@ TEST_CASE("gpu moe: GEMM1 weight tiles multicast over two-CTA clusters equal the
 // MXFP4 weights into the ring the wgmmas read.
 TEST_CASE("gpu moe: weight-only formats dequantized on the wgmma kernel equal the fp64 reference") {
   Runtime rt(test_options(""));
-  if (!gpu_or_skip(rt, "gpu moe wgmma dequant")) return;
-  if (!arch_has_wgmma(rt.device_arch())) {
-    MESSAGE("SKIPPED: the wgmma kernel needs sm_90a, this device is " << rt.device_arch());
-    return;
-  }
+  if (!wgmma_gpu_or_skip(rt, "gpu moe wgmma dequant")) return;
   const int checked = check_kernel_cases(rt, moe_wgmma_dequant_cases(), 2700, "wgmma");
   MESSAGE(fmt::format("{} dequantizing wgmma forwards checked against the fp64 reference", checked));
 }
