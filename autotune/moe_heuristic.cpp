@@ -220,11 +220,11 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     const int role2 = spec.fused ? kRoleGemm2Rows16 : kRoleGemm2Rows;
     while (c.gemm1.stages > 3 && moe_wgmma_smem_bytes(kRoleGemm1, bm, c.gemm1.block_n, c.gemm1.stages, gemm1_gated,
                                                       false, spec.quant) +
-                                         moe_gemm_static_smem_bytes(bm) + 1024 >
+                                         moe_wgmma_static_smem_bytes(bm) >
                                      kMoeWgmmaMaxSharedBytes)
       --c.gemm1.stages;
     while (c.gemm2.stages > 3 && moe_wgmma_smem_bytes(role2, bm, 128, c.gemm2.stages, false, spec.fused, spec.quant) +
-                                         moe_gemm_static_smem_bytes(bm) + 1024 >
+                                         moe_wgmma_static_smem_bytes(bm) >
                                      kMoeWgmmaMaxSharedBytes)
       --c.gemm2.stages;
     return c;

@@ -312,7 +312,7 @@ FamilyInfo moe_gemm_wgmma_family() {
                               "activation and no ping-pong groups (persistent {}, role {}, activation {}, pingpong {})",
                               persistent ? 1 : 0, s.get_string("role"), s.get_string("activation"), pingpong ? 1 : 0));
     const std::int64_t smem = moe_wgmma_smem_bytes(role, int(bm), int(bn), int(stages), gated, staged, quant);
-    const std::int64_t static_smem = moe_gemm_static_smem_bytes(moe_wgmma_rows_held(int(bm), pingpong));
+    const std::int64_t static_smem = moe_wgmma_static_smem_bytes(moe_wgmma_rows_held(int(bm), pingpong));
     if (smem + static_smem > kMaxSharedBytes)
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)",

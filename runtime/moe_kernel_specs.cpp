@@ -37,7 +37,9 @@ RouterConfig moe_layer_router_config(const MoeSpec& spec) {
 long long moe_gemm_shared_bytes(const KernelSpec& gemm, int block_m) {
   if (gemm.family.rfind("moe_gemm", 0) != 0) return 0;
   const bool pingpong = gemm.params.count("pingpong") != 0 && gemm.get_int("pingpong") != 0;  // wgmma only
-  return gemm.get_int("smem_bytes") + moe_gemm_static_smem_bytes(moe_wgmma_rows_held(block_m, pingpong));
+  return gemm.get_int("smem_bytes") + (gemm.family == "moe_gemm_wgmma"
+                                           ? moe_wgmma_static_smem_bytes(moe_wgmma_rows_held(block_m, pingpong))
+                                           : moe_gemm_static_smem_bytes(block_m));
 }
 
 bool moe_gemm2_stores_rows16(const MoeSpec& spec, const MoeTileConfig& config, long long num_tokens) {

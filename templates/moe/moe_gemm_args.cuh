@@ -195,6 +195,12 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_ring_bytes(int block_m, int block_n, 
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays
 // (s_slot, s_arow, s_weight in moe_gemm_sm80.cuh: 3 x 4 bytes per row) and split-K's flag (16).
 MOEJIT_HOST_DEVICE constexpr int moe_gemm_static_smem_bytes(int block_m) { return 12 * block_m + 16; }
+// The wgmma kernel's: the same arrays, rounded up to 1024 bytes as the compiler places them before
+// the 1024-byte-aligned dynamic ring (a 64-row tile's 784 bytes take 1024: the driver refused a
+// 231520-byte ring that the unrounded sum let through).
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_static_smem_bytes(int rows_held) {
+  return (moe_gemm_static_smem_bytes(rows_held) + 1023) / 1024 * 1024;
+}
 // Shared memory one CTA may use on sm_90 / sm_100 after opting in (sm_80: 163 KiB, no wgmma).
 constexpr int kMoeWgmmaMaxSharedBytes = 227 * 1024;
 // The persistent variant's staged epilogue (STAGED) keeps a finished tile in shared memory of its
@@ -209,7 +215,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_staging_bytes(int role, int block_m, 
                                                           bool staged, int quant = kQuantNone) {
   const int bytes = block_m * (block_n + 8) * moe_wgmma_out_bytes(role);
   return staged && moe_wgmma_ring_bytes(block_m, block_n, stages, gated, quant) + bytes +
-                               moe_gemm_static_smem_bytes(block_m) <=
+                               moe_wgmma_static_smem_bytes(block_m) <=
                            kMoeWgmmaMaxSharedBytes
              ? bytes
              : 0;

@@ -570,7 +570,7 @@ TEST_CASE("autotune: ping-pong consumer groups: kernel spec, round trip, describ
     CHECK(plain[g].get_int("threads") == 256);
     CHECK(specs[g].get_int("smem_bytes") == plain[g].get_int("smem_bytes"));
     // Static shared memory for two tiles' row arrays.
-    CHECK(moe_gemm_shared_bytes(specs[g], 64) == specs[g].get_int("smem_bytes") + moe_gemm_static_smem_bytes(128));
+    CHECK(moe_gemm_shared_bytes(specs[g], 64) == specs[g].get_int("smem_bytes") + moe_wgmma_static_smem_bytes(128));
   }
   CHECK(config_fits(q, c, {227 * 1024, "sm_90a"}));
   CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
