@@ -77,7 +77,14 @@ TEST_CASE("gpu moe quant: every tile config of the tuner's space computes the sa
   if (!gpu_or_skip(rt, "gpu moe quant tile sweep")) return;
   int checked = 0;
   std::unique_ptr<MoeRun> r;
-  for (const auto& c : moe_quant_tile_sweep_cases(rt.device().info().max_shared_per_block_optin, rt.device_arch())) {
+  const auto cases = moe_quant_tile_sweep_cases(rt.device().info().max_shared_per_block_optin, rt.device_arch());
+  // Every kernel first, in parallel (one by one inside the forwards took over ten minutes).
+  std::vector<KernelSpec> specs;
+  for (const auto& c : cases)
+    for (auto& s : moe_expert_kernel_specs(c.spec, c.config, rt.device_arch(), moe_gemm2_stores_rows16(c.spec, c.config, 200)))
+      specs.push_back(std::move(s));
+  rt.compile_all(specs);
+  for (const auto& c : cases) {
     if (!r || !(r->layer->spec().quant == c.spec.quant)) r = std::make_unique<MoeRun>(make_moe_run(rt, c.spec, 200, 9));
     r->problem->poison();
     r->layer->forward_with_config(nullptr, r->problem->args(200, true), c.config);
