@@ -216,17 +216,14 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     // change on 64-row tiles).
     c.gemm1.pregather = c.block_m == 128;
     // Fewer slots where 4 and the stored weights' ring (int8: 64 KiB at 256 rows) pass 227 KiB.
-    const int bm = c.block_m;
-    const int role2 = spec.fused ? kRoleGemm2Rows16 : kRoleGemm2Rows;
-    while (c.gemm1.stages > 3 && moe_wgmma_smem_bytes(kRoleGemm1, bm, c.gemm1.block_n, c.gemm1.stages, gemm1_gated,
-                                                      false, spec.quant) +
-                                         moe_wgmma_static_smem_bytes(bm) >
-                                     kMoeWgmmaMaxSharedBytes)
-      --c.gemm1.stages;
-    while (c.gemm2.stages > 3 && moe_wgmma_smem_bytes(role2, bm, 128, c.gemm2.stages, false, spec.fused, spec.quant) +
-                                         moe_wgmma_static_smem_bytes(bm) >
-                                     kMoeWgmmaMaxSharedBytes)
-      --c.gemm2.stages;
+    auto fit_stages = [&](GemmTile& t, int role, bool gated) {
+      while (t.stages > 3 && moe_wgmma_smem_bytes(role, c.block_m, t.block_n, t.stages, gated, t.staged, spec.quant) +
+                                     moe_wgmma_static_smem_bytes(c.block_m) >
+                                 kMoeWgmmaMaxSharedBytes)
+        --t.stages;
+    };
+    fit_stages(c.gemm1, kRoleGemm1, gemm1_gated);
+    fit_stages(c.gemm2, spec.fused ? kRoleGemm2Rows16 : kRoleGemm2Rows, false);
     return c;
   }
   // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to 64 rows, 64-row tiles of the

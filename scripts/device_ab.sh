@@ -16,6 +16,17 @@ steps=("$@")
 [ ${#steps[@]} -gt 0 ] || steps=(tests walk pingpong multicast pregather ncu)
 summary=()
 rows() { grep -E "^(Mixtral|Qwen3|gpt-oss|DeepSeek)" "$1" | awk '{printf "%s M=%s %s us %s\n", $1, $5, $6, $8}'; }
+# Same-run A/B of the bench flag --NAME at the given token counts: two rounds, each without then with it.
+ab_rounds() {
+  local name=$1 tokens=$2 r flag f
+  for r in 1 2; do
+    for flag in "" "--$name"; do
+      f="$out/${name}_${r}${flag:+_on}.txt"
+      timeout 150 $bin/moejit_bench --only moe --tokens "$tokens" $flag > "$f" 2>&1
+      summary+=("== round $r ${flag:-(config as shipped)}" "$(rows "$f")")
+    done
+  done
+}
 
 for step in "${steps[@]}"; do
   case $step in
@@ -33,32 +44,14 @@ for step in "${steps[@]}"; do
         summary+=("== --walk-rows $w" "$(rows "$out/walk_$w.txt")")
       done
       ;;
-    pingpong)  # the buckets on 64-row persistent tiles, without and with ping-pong groups, twice
-      for r in 1 2; do
-        for flag in "" --pingpong; do
-          f="$out/pingpong_${r}${flag:+_on}.txt"
-          timeout 150 $bin/moejit_bench --only moe --tokens 16,128,1024,4096 $flag > "$f" 2>&1
-          summary+=("== round $r ${flag:-(config as shipped)}" "$(rows "$f")")
-        done
-      done
+    pingpong)  # the buckets on 64-row persistent tiles, without and with ping-pong groups
+      ab_rounds pingpong 16,128,1024,4096
       ;;
-    multicast)  # prefill buckets (persistent gated GEMM1s), without and with multicast, twice
-      for r in 1 2; do
-        for flag in "" --multicast; do
-          f="$out/multicast_${r}${flag:+_on}.txt"
-          timeout 150 $bin/moejit_bench --only moe --tokens 1024,4096,8192 $flag > "$f" 2>&1
-          summary+=("== round $r ${flag:-(config as shipped)}" "$(rows "$f")")
-        done
-      done
+    multicast)  # prefill buckets (persistent gated GEMM1s), without and with multicast
+      ab_rounds multicast 1024,4096,8192
       ;;
-    pregather)  # prefill buckets, GEMM1 reading X gathered beforehand on every persistent GEMM1, twice
-      for r in 1 2; do
-        for flag in "" --pregather; do
-          f="$out/pregather_${r}${flag:+_on}.txt"
-          timeout 150 $bin/moejit_bench --only moe --tokens 1024,2048,4096,8192 $flag > "$f" 2>&1
-          summary+=("== round $r ${flag:-(config as shipped)}" "$(rows "$f")")
-        done
-      done
+    pregather)  # prefill buckets, GEMM1 reading X gathered beforehand on every persistent GEMM1
+      ab_rounds pregather 1024,2048,4096,8192
       ;;
     ncu)  # the two GEMMs' DRAM bytes and L2 -> SM sectors: the default walk, 12 rows per sweep, multicast
       for v in "--walk-rows 0" "--walk-rows 12" "--multicast"; do

@@ -174,12 +174,12 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent,
 }
 // Weight-only formats on the persistent variant: each producer thread's ring of the stored bytes of
 // moe_wgmma_raw_stages k tiles (moe_gemm_wgmma_dequant.cuh), after everything else. A slot holds
-// every producer thread's (256) 16-byte pieces of a k tile's stored rows, as many per thread; 8
+// every producer thread's 16-byte pieces of a k tile's stored rows, as many per thread; 8
 // slots where one is 4 KiB (4-bit, <= 128 weight rows), else 4 (the copies' latency spans ~3 k tiles
 // of conversion at 4).
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_slot_bytes(int b_rows, int quant) {
-  const int pieces = b_rows * 64 * quant_weight_bits(quant) / 8 / 16;
-  return (pieces + 255) / 256 * 256 * 16;
+  const int pieces = b_rows * 64 * quant_weight_bits(quant) / 8 / 16, threads = moe_wgmma_producer_threads(quant);
+  return (pieces + threads - 1) / threads * threads * 16;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_stages(int b_rows, int quant) {
   return moe_wgmma_raw_slot_bytes(b_rows, quant) <= 4096 ? 8 : 4;

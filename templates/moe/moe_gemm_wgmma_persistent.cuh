@@ -75,6 +75,13 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   const int first = MULTICAST ? blockIdx.x >> 1 : blockIdx.x, walkers = MULTICAST ? gridDim.x >> 1 : gridDim.x;
   const unsigned smem_a = sm80::smem_addr(s_a), smem_b = smem_a + STAGES * T::A_STAGE;
   const unsigned full0 = sm80::smem_addr(bars), empty0 = full0 + STAGES * 8;  // [STAGES] each
+  // After the ring and its barriers: per-weight-row scales (256), the staged epilogue's own tile
+  // (StagedTile; the host sizes shared memory with moe_wgmma_smem_bytes and refuses a staged tile
+  // that does not fit), then the producers' ring of stored weights (DEQUANT).
+  constexpr int COL_SCALE_AT = STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16, OUT_AT = COL_SCALE_AT + 256 * 4;
+  constexpr int RAW_AT = OUT_AT + (STAGED ? BLOCK_M * (BLOCK_N + 8) * moe_wgmma_out_bytes(ROLE) : 0);
+  float* s_col_scale = reinterpret_cast<float*>(s_a + COL_SCALE_AT);
+  unsigned char* s_out = s_a + OUT_AT;
   if (tid == 0) {
     if (!DEQUANT) sm90::prefetch_tensor_map(args.b_tensor_map);
     if (a_tma) sm90::prefetch_tensor_map(args.a_tensor_map);
@@ -132,13 +139,16 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           sm90::tma_load_3d_multicast(dst, args.b_tensor_map, kt * kRowBytes, row, expert, full0 + slot * 8, 0x3);
       }
     };
+    // A tile of k tile kt for row tile `tile`: one bulk tensor copy (GEMM2, or X gathered beforehand).
+    auto load_a_box = [&](int slot, int kt, int tile) {
+      sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, kt * kRowBytes, tile * BLOCK_M, 0,
+                        full0 + slot * 8);
+    };
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
     if constexpr (DEQUANT) {
-      // The stored weights' ring: after the column scales and the staged tile, if any.
       using DQ = WeightDequantizer<ACT, QUANT, DTYPE, BLOCK_N, T::B_ROWS, PRODUCERS>;
       constexpr int RAW_SLOT = DQ::LOADS * DQ::THREADS * 16;
-      const unsigned raw0 = smem_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16 + 256 * 4 +
-                            (STAGED ? BLOCK_M * (BLOCK_N + 8) * moe_wgmma_out_bytes(ROLE) : 0);
+      const unsigned raw0 = smem_a + RAW_AT;
       static_assert(DQ::RAW_STAGES * RAW_SLOT == moe_wgmma_raw_bytes(QUANT, T::B_ROWS), "the host sizes the raw ring");
       DQ dq;
       ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, PRODUCERS, true> loader;  // A rows (not pregathered)
@@ -172,8 +182,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
             if (a_tma) {
               if (tid == 0) {
                 sm90::mbar_arrive_expect_tx(full, T::A_STAGE);
-                sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, (kt_begin + i) * kRowBytes,
-                                  w.tile * BLOCK_M, 0, full);
+                load_a_box(slot, kt_begin + i, w.tile);
               }
             } else {
               loader.issue(args, smem_a + slot * T::A_STAGE, smem_b + slot * T::B_STAGE, kt_begin + i);
@@ -201,8 +210,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
             const int slot = it % STAGES;
             sm90::mbar_wait(empty0 + slot * 8, ((it / STAGES) & 1) ^ 1);  // a fresh slot passes at once
             sm90::mbar_arrive_expect_tx(full0 + slot * 8, T::A_STAGE + T::B_STAGE);
-            sm90::tma_load_3d(smem_a + slot * T::A_STAGE, args.a_tensor_map, (kt_begin + i) * kRowBytes,
-                              w.tile * BLOCK_M, 0, full0 + slot * 8);
+            load_a_box(slot, kt_begin + i, w.tile);
             load_weight_boxes(slot, kt_begin + i, w.n0, w.expert, w.multicast);
           }
         }
@@ -239,13 +247,9 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     float part[BLOCK_SCALED ? T::G * T::NI * 4 : 1];  // fp8 block scales: one k tile's sums
     // Per-weight-row scales (fp8 channel / tensor; not with ping-pong, whose turn barriers are here).
     static_assert(!(PINGPONG && EPILOGUE_SCALED), "ping-pong groups would need column scales of their own");
-    float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
-    // The staged epilogue's own tile (StagedTile), after the column scales (the host sizes shared
-    // memory with moe_wgmma_smem_bytes and refuses a staged tile that does not fit).
     static_assert(!STAGED || moe_wgmma_staging_bytes(ROLE, BLOCK_M, BLOCK_N, STAGES, T::G == 2, true, QUANT) > 0,
                   "the staged tile fits beside the ring");
     static_assert(!(PINGPONG && STAGED), "ping-pong groups would need staging tiles of their own");
-    unsigned char* s_out = reinterpret_cast<unsigned char*>(s_col_scale + 256);
     int it = group * local_tiles;  // the ring's k tile sequence: the CTA's items in order, local_tiles each
     // Each item's row data is fetched one item ahead, off the critical path: consumer thread gtid <
     // BLOCK_M (TILE_THREADS = 2 BLOCK_M, or BLOCK_M with ping-pong) holds row gtid's routed slot and

@@ -552,12 +552,21 @@ TEST_CASE("autotune: the wgmma walk's rows per sweep: candidates, round trip, de
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, sm80, "sm_80"), doctest::Contains("only wgmma tiles walk"), Error);
 }
 
+namespace {
+// The persistent wgmma config the tests of its launch knobs start from: GEMM1 128 columns in 4
+// slots, GEMM2 256 columns.
+MoeTileConfig persistent_wgmma_config(int block_m, int gemm2_stages) {
+  MoeTileConfig c;
+  c.block_m = block_m;
+  c.gemm1 = wgmma_tile(128, 4, 0, true);
+  c.gemm2 = wgmma_tile(256, gemm2_stages, 0, true);
+  return c;
+}
+}  // namespace
+
 TEST_CASE("autotune: ping-pong consumer groups: kernel spec, round trip, describe, refusals") {
   const MoeSpec q = qwen3();
-  MoeTileConfig c;
-  c.block_m = 64;
-  c.gemm1 = wgmma_tile(128, 4, 0, true);
-  c.gemm2 = wgmma_tile(256, 4, 0, true);
+  MoeTileConfig c = persistent_wgmma_config(64, 4);
   const auto plain = moe_expert_kernel_specs(q, c, "sm_90a");
   c.gemm1.pingpong = c.gemm2.pingpong = true;
   CHECK(c.describe() == "bm64 gemm1[wgmma bn128 s4 ws pp] gemm2[wgmma bn256 s4 ws pp]");
@@ -607,10 +616,7 @@ TEST_CASE("autotune: ping-pong consumer groups: kernel spec, round trip, describ
 
 TEST_CASE("autotune: GEMM1 reading X gathered beforehand: same kernels, round trip, describe, refusals") {
   const MoeSpec q = qwen3();
-  MoeTileConfig c;
-  c.block_m = 128;
-  c.gemm1 = wgmma_tile(128, 4, 0, true);
-  c.gemm2 = wgmma_tile(256, 3, 0, true);
+  MoeTileConfig c = persistent_wgmma_config(128, 3);
   const auto plain = moe_expert_kernel_specs(q, c, "sm_90a");
   c.gemm1.pregather = true;
   CHECK(c.describe() == "bm128 gemm1[wgmma bn128 s4 ws pg] gemm2[wgmma bn256 s3 ws]");
@@ -638,10 +644,7 @@ TEST_CASE("autotune: GEMM1 reading X gathered beforehand: same kernels, round tr
 
 TEST_CASE("autotune: GEMM1 weight multicast over two-CTA clusters: kernel spec, round trip, describe, refusals") {
   const MoeSpec q = qwen3();  // silu_mul: gated
-  MoeTileConfig c;
-  c.block_m = 128;
-  c.gemm1 = wgmma_tile(128, 4, 0, true);
-  c.gemm2 = wgmma_tile(256, 3, 0, true);
+  MoeTileConfig c = persistent_wgmma_config(128, 3);
   const auto plain = moe_expert_kernel_specs(q, c, "sm_90a");
   c.gemm1.multicast = true;
   CHECK(c.describe() == "bm128 gemm1[wgmma bn128 s4 ws mc] gemm2[wgmma bn256 s3 ws]");
