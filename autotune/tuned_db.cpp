@@ -167,7 +167,7 @@ const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m
   const double target = std::log2(std::max(m, 1));
   const TunedEntry* best = nullptr;
   for (const auto& e : ascending)
-    if ((!usable || usable(e.config)) &&
+    if ((!usable || usable(e.config)) && std::abs(std::log2(e.m) - target) <= kTunedBucketReachLog2 &&
         (!best || std::abs(std::log2(e.m) - target) < std::abs(std::log2(best->m) - target))) best = &e;
   return best;
 }

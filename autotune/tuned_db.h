@@ -1,8 +1,8 @@
 // Tuned-config DB: JSON with a metadata block (moejit version, schema, NVRTC version, device, SMs,
 // arch) and, per layer shape, the best tile config and its time for each tuned M bucket.
 //   {"metadata": {...}, "entries": {"<shape key>": {"<M>": {"config": {...}, "us": 12.5}, ...}}}
-// Lookup: exact shape, nearest M bucket (in log2 M); no entry -> the caller's heuristic (never a
-// failure). A file for another device or arch is ignored (hard mismatch); one from another moejit
+// Lookup: exact shape, nearest M bucket (in log2 M) within a factor of 4 (kTunedBucketReach); no
+// entry -> the caller's heuristic (never a failure). A file for another device or arch is ignored (hard mismatch); one from another moejit
 // or NVRTC version is used but reported stale (soft mismatch: re-tune). A corrupt file is a warning
 // and an empty DB. Saving merges into the file under a lock and replaces it atomically, so
 // concurrent writers lose nothing.
@@ -51,8 +51,14 @@ struct TunedEntry {
   double us = 0;
 };
 
-// The entry whose M is nearest to m in log2 M (ties: the smaller M); null when `ascending` is empty.
-// usable: entries to consider (empty = all); null when none is.
+// How far (in log2 M) a tuned bucket's config is trusted: a config tuned at M serves M / 4 .. 4 M.
+// Beyond that the heuristic does better than a distant bucket (a DB whose int4 buckets stopped at M
+// = 128 ran M = 8192 on that decode config, twice the heuristic's time). The shipped DBs' buckets
+// (1 .. 256, 1024, 4096, 8192) leave no gap under M = 32768.
+constexpr double kTunedBucketReachLog2 = 2.0;
+
+// The entry whose M is nearest to m in log2 M (ties: the smaller M) and within kTunedBucketReachLog2
+// of it; null when none is. usable: entries to consider (empty = all).
 const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m,
                                  const std::function<bool(const MoeTileConfig&)>& usable = {});
 
@@ -77,7 +83,7 @@ class TunedDb {
   bool empty() const { return entries_.empty(); }
 
   void set(const std::string& key, const TunedEntry& entry);
-  std::optional<TunedEntry> lookup(const std::string& key, int m) const;  // nearest bucket
+  std::optional<TunedEntry> lookup(const std::string& key, int m) const;  // nearest bucket in reach
   std::vector<TunedEntry> buckets(const std::string& key) const;          // ascending M
   std::vector<std::string> keys() const;
 

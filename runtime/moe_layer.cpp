@@ -145,11 +145,18 @@ void MoeLayer::prepare(int max_tokens) {
   if (!tuned() && runtime_.options().tune_on_first_use) tune_now(max_tokens);
   const std::string arch = runtime_.device_arch();
   std::vector<MoeTileConfig> configs;
-  {
-    std::lock_guard<std::mutex> lock(tuned_mutex_);
-    if (tuned_.empty()) configs = heuristic_tile_configs(spec_, max_tokens, arch);
-    for (const auto& e : tuned_)  // every bucket up to max_tokens, and the one nearest above it
-      if (e.m <= max_tokens || configs.empty() || e.m == tuned_.back().m) configs.push_back(e.config);
+  if (!tuned()) {
+    configs = heuristic_tile_configs(spec_, max_tokens, arch);
+  } else {
+    // The config of each batch size up to max_tokens: a tuned bucket in reach, else the heuristic's
+    // (tuned_db.h, kTunedBucketReachLog2). Batch sizes sampled 0.1% apart: a config missed here
+    // still compiles on first use.
+    for (long long m = 1; m <= max_tokens; m += std::max(1LL, m / 1024)) {
+      const MoeTileConfig c = tile_config(static_cast<int>(m));
+      if (std::find(configs.begin(), configs.end(), c) == configs.end()) configs.push_back(c);
+    }
+    const MoeTileConfig last = tile_config(max_tokens);
+    if (std::find(configs.begin(), configs.end(), last) == configs.end()) configs.push_back(last);
   }
   // Each config in every GEMM2 role a batch up to max_tokens runs it in.
   std::vector<KernelSpec> specs = moe_layer_kernel_specs(spec_, 1, arch);

@@ -92,7 +92,13 @@ TEST_CASE("autotune: tuned DB round trip, exact / nearest / missing lookups") {
   CHECK(back.lookup(key, 1)->config == config_with(16, 32));                // exact
   CHECK(back.lookup(key, 3)->m == 4);                                       // nearest in log2 M
   CHECK(back.lookup(key, 2)->m == 1);                                       // tie: the smaller bucket
-  CHECK(back.lookup(key, 100000)->m == 1024);
+  // A bucket serves M / 4 .. 4 M (kTunedBucketReachLog2); farther batches take the heuristic.
+  CHECK(back.lookup(key, 16)->m == 4);
+  CHECK_FALSE(back.lookup(key, 17).has_value());
+  CHECK(back.lookup(key, 256)->m == 1024);
+  CHECK(back.lookup(key, 4096)->m == 1024);
+  CHECK_FALSE(back.lookup(key, 4097).has_value());
+  CHECK_FALSE(back.lookup(key, 100000).has_value());
   CHECK(back.lookup(key, 1024)->us == 300.0);
   CHECK_FALSE(back.lookup("E=1 other shape", 1).has_value());              // -> the heuristic
   CHECK(back.buckets(key).size() == 3);
@@ -433,14 +439,15 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   CHECK_THROWS_WITH_AS(tile_config_from_json(nlohmann::json{{"gemv", true}, {"block_m", 64}}),
                        doctest::Contains("no other keys"), Error);
   // A gemv bucket serves batches it can run: beyond, the nearest other bucket.
-  const std::vector<TunedEntry> buckets = {{1, gemv, 20.0}, {8, gemv, 150.0}, {64, config_with(64, 64), 300.0}};
+  const std::vector<TunedEntry> buckets = {{1, gemv, 20.0}, {8, gemv, 150.0}, {32, config_with(64, 64), 300.0}};
   auto runnable = [](int m) {
     return [m](const MoeTileConfig& c) { return !c.gemv || m <= kMoeDecodeMaxTokens; };
   };
   CHECK(nearest_bucket(buckets, 8, runnable(8))->m == 8);
   CHECK(nearest_bucket(buckets, 12)->m == 8);
-  CHECK(nearest_bucket(buckets, 12, runnable(12))->m == 64);
+  CHECK(nearest_bucket(buckets, 12, runnable(12))->m == 32);
   CHECK(nearest_bucket({{1, gemv, 20.0}}, 12, runnable(12)) == nullptr);  // -> the heuristic
+  CHECK(nearest_bucket({{1, gemv, 20.0}, {64, config_with(64, 64), 300.0}}, 12, runnable(12)) == nullptr);  // out of reach
 }
 
 TEST_CASE("autotune: DB metadata rules, corrupt files, bad entries") {
