@@ -150,12 +150,12 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // The lane's first run at b_first (4-bit: its whole chunk, one scale group; fp8 blocks: the
   // block's scale whatever the run).
   const int k_first = b_first * KB + K_PER_LOAD * t;
-  // Scales per ring step; a literal where the group is fixed by the format (MXFP4 32, fp8 blocks 128),
-  // so that each block's scale loads are immediate offsets of one pointer, not address arithmetic.
-  constexpr int kFixedScaleShift = QUANT == kQuantMxfp4 ? 5 : BLOCK_SCALED ? 7 : -1;
-  static_assert(kFixedScaleShift < 0 || (QUANT == kQuantMxfp4 ? 1 << kFixedScaleShift == kMxfp4GroupSize
-                                                              : 1 << kFixedScaleShift == kQuantFp8BlockSize),
-                "the host's b_scale_k_shift for these formats (moe_layer.cpp)");
+  // Scales per ring step; for MXFP4 (groups of 32 by the format) a literal, so that each block's
+  // scale loads are immediate offsets of one pointer, not address arithmetic. MXFP4 only: measured
+  // (H200, same run) for fp8 blocks and int4 with the whole-block loads below, 0.5-1.7% slower.
+  constexpr int kFixedScaleShift = QUANT == kQuantMxfp4 ? 5 : -1;
+  static_assert(kFixedScaleShift < 0 || 1 << kFixedScaleShift == kMxfp4GroupSize,
+                "the host's b_scale_k_shift for MXFP4 (moe_layer.cpp)");
   const int scale_step = kFixedScaleShift >= 0 ? (WARPS_K * KB) >> kFixedScaleShift : (WARPS_K * KB) >> args.b_scale_k_shift;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -264,9 +264,9 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     constexpr int XK = 16 / EB;
     constexpr int X_LOADS = 32 / XK;
     static_assert(K_PER_LOAD % XK == 0, "an activation load stays inside one weight run");
-    // A block wholly inside the reduction length (all but the last) loads without predicates: the
-    // zeroing of the predicated loads' registers cost ~12 instructions a block (ncu SASS, MXFP4).
-    const bool whole_block = (b_base + i * WARPS_K + 1) * KB <= args.inner;
+    // MXFP4: a block wholly inside the reduction length (all but the last) loads without predicates:
+    // the zeroing of the predicated loads' registers cost ~12 instructions a block (ncu SASS).
+    const bool whole_block = QUANT == kQuantMxfp4 && (b_base + i * WARPS_K + 1) * KB <= args.inner;
     uint4 xr[NF][X_LOADS];
 #pragma unroll
     for (int f = 0; f < NF; ++f)
