@@ -166,9 +166,15 @@ const TunedEntry* nearest_bucket(const std::vector<TunedEntry>& ascending, int m
                                  const std::function<bool(const MoeTileConfig&)>& usable) {
   const double target = std::log2(std::max(m, 1));
   const TunedEntry* best = nullptr;
-  for (const auto& e : ascending)
-    if ((!usable || usable(e.config)) && std::abs(std::log2(e.m) - target) <= kTunedBucketReachLog2 &&
-        (!best || std::abs(std::log2(e.m) - target) < std::abs(std::log2(best->m) - target))) best = &e;
+  double best_distance = kTunedBucketReachLog2;
+  for (const auto& e : ascending) {
+    const double distance = std::abs(std::log2(e.m) - target);
+    // <= for the first in reach, < after it: ties keep the smaller M (ascending order).
+    if ((!usable || usable(e.config)) && (best ? distance < best_distance : distance <= best_distance)) {
+      best = &e;
+      best_distance = distance;
+    }
+  }
   return best;
 }
 

@@ -1,9 +1,10 @@
 // Tuned-config DB: JSON with a metadata block (moejit version, schema, NVRTC version, device, SMs,
 // arch) and, per layer shape, the best tile config and its time for each tuned M bucket.
 //   {"metadata": {...}, "entries": {"<shape key>": {"<M>": {"config": {...}, "us": 12.5}, ...}}}
-// Lookup: exact shape, nearest M bucket (in log2 M) within a factor of 4 (kTunedBucketReach); no
-// entry -> the caller's heuristic (never a failure). A file for another device or arch is ignored (hard mismatch); one from another moejit
-// or NVRTC version is used but reported stale (soft mismatch: re-tune). A corrupt file is a warning
+// Lookup: exact shape, nearest M bucket (in log2 M) within a factor of 4 (kTunedBucketReachLog2);
+// no entry -> the caller's heuristic (never a failure). A file for another device or arch is ignored
+// (hard mismatch); one from another moejit or NVRTC version is used but reported stale (soft
+// mismatch: re-tune). A corrupt file is a warning
 // and an empty DB. Saving merges into the file under a lock and replaces it atomically, so
 // concurrent writers lose nothing.
 #pragma once

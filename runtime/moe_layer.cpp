@@ -151,12 +151,11 @@ void MoeLayer::prepare(int max_tokens) {
     // The config of each batch size up to max_tokens: a tuned bucket in reach, else the heuristic's
     // (tuned_db.h, kTunedBucketReachLog2). Batch sizes sampled 0.1% apart: a config missed here
     // still compiles on first use.
-    for (long long m = 1; m <= max_tokens; m += std::max(1LL, m / 1024)) {
-      const MoeTileConfig c = tile_config(static_cast<int>(m));
+    for (int m = 1;; m = static_cast<int>(std::min<long long>(max_tokens, m + std::max(1LL, m / 1024LL)))) {
+      const MoeTileConfig c = tile_config(m);
       if (std::find(configs.begin(), configs.end(), c) == configs.end()) configs.push_back(c);
+      if (m == max_tokens) break;
     }
-    const MoeTileConfig last = tile_config(max_tokens);
-    if (std::find(configs.begin(), configs.end(), last) == configs.end()) configs.push_back(last);
   }
   // Each config in every GEMM2 role a batch up to max_tokens runs it in.
   std::vector<KernelSpec> specs = moe_layer_kernel_specs(spec_, 1, arch);

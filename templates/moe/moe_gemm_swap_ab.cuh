@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   constexpr int kFixedScaleShift = QUANT == kQuantMxfp4 ? 5 : -1;
   static_assert(kFixedScaleShift < 0 || 1 << kFixedScaleShift == kMxfp4GroupSize,
                 "the host's b_scale_k_shift for MXFP4 (moe_layer.cpp)");
-  const int scale_step = kFixedScaleShift >= 0 ? (WARPS_K * KB) >> kFixedScaleShift : (WARPS_K * KB) >> args.b_scale_k_shift;
+  const int scale_step = (WARPS_K * KB) >> (kFixedScaleShift >= 0 ? kFixedScaleShift : args.b_scale_k_shift);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const long long row = wrow[h] < 0 ? 0 : wrow[h];
