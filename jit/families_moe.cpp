@@ -170,7 +170,7 @@ FamilyInfo moe_gemm_swap_ab_family() {
       derived_int("block_n", "", "output columns per CTA (8 per warp gated, else 16)"),
       derived_int("block_k", "", "k per block: four 16-byte loads of a weight row"),
       derived_int("threads", "", "threads per CTA = 32 * warps_n * warps_k"),
-      derived_int("smem_bytes", "", "dynamic shared memory per CTA: the warps' weight rings"),
+      derived_int("smem_bytes", "", "dynamic shared memory per CTA: the warps' rings of weights and activations"),
   };
   f.entries = {{"gemm", "moejit::moe_gemm_swap_ab_kernel", "moejit::MoeGemmArgs"}};
   f.derive = [](KernelSpec& s) {
@@ -203,7 +203,7 @@ FamilyInfo moe_gemm_swap_ab_family() {
     s.params["block_n"] = std::int64_t(moe_swap_ab_block_n(int(wn), activation_is_gated(act)));
     s.params["block_k"] = std::int64_t(moe_swap_ab_block_k());
     s.params["threads"] = 32 * wn * wk;
-    s.params["smem_bytes"] = std::int64_t(moe_swap_ab_ring_bytes(int(wn * wk), stages, quant));
+    s.params["smem_bytes"] = std::int64_t(moe_swap_ab_ring_bytes(int(wn * wk), stages, quant, int(bm)));
   };
   return f;
 }

@@ -133,10 +133,20 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_block_n(int warps_n, bool gated) { 
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_data_registers(int block_m, int stages, int quant) {
   return 2 * (quant_weight_bits(quant) / 4) * 4 + stages * 4 + (block_m / 8) * (16 + 4);
 }
-// Dynamic shared memory: each warp's ring of STAGES k blocks of its 16 weight rows (128 k each:
-// 64, 128 or 256 stored bytes), 16 bytes per lane, row and load.
-MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_ring_bytes(int warps, int stages, int quant) {
-  return warps * stages * 2 * (quant_weight_bits(quant) / 4) * 16 * 32;
+// 16-byte activation loads of one lane per k block and token fragment: its 32 k of one token.
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_activation_loads(int quant) { return 32 * quant_activation_bytes(quant) / 16; }
+// Whether the activations travel through the ring with the weights (cp.async) instead of being
+// loaded when their block is computed (their L2 latency then stalls the block's first mma).
+// fp8 only, measured (H100, same run): fp8_block DeepSeek-V3 TP8 M = 16 / 128 231 / 575 -> 226 /
+// 560 us; MXFP4 and int4 slower (gpt-oss M = 16 301 -> 327-331 us): their bf16 activations are
+// twice the weight bytes in the ring, and the shared-memory traffic per DRAM byte doubles.
+MOEJIT_HOST_DEVICE constexpr bool moe_swap_ab_activation_ring(int quant) { return quant_is_fp8(quant); }
+// Dynamic shared memory: each warp's ring of STAGES k blocks: its 16 weight rows (128 k each: 64,
+// 128 or 256 stored bytes) and, with the activation ring, the tile's activations at the lanes' k
+// (BLOCK_M / 8 fragments), 16 bytes per lane and load.
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_ring_bytes(int warps, int stages, int quant, int block_m) {
+  const int act_loads = moe_swap_ab_activation_ring(quant) ? block_m / 8 * moe_swap_ab_activation_loads(quant) : 0;
+  return warps * stages * (2 * (quant_weight_bits(quant) / 4) + act_loads) * 16 * 32;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_max_data_registers(int register_limit) { return register_limit / 2 + 40; }
 // CTAs per SM the kernel is compiled for (__launch_bounds__'s minimum). Left alone, ptxas took

@@ -7,6 +7,8 @@
 // what it copied itself), which is what bounds the shared-memory path for decode (4-bit weights
 // above all). A ring in registers instead held 8-16 registers per k block in flight: decode ran at
 // ~2 blocks in flight per warp and 45% of the DRAM bandwidth (ncu, gpt-oss-120b MXFP4, M = 16).
+// fp8 layers copy their (pre-quantized) activations into the same ring (moe_swap_ab_activation_ring);
+// the other formats load theirs from global memory (L1) when the block is computed.
 //
 // k order. mma m16n8k16 gives lane (g = lane / 4, t = lane % 4) the A elements of rows g and g + 8
 // at k slots {2t, 2t+1, 2t+8, 2t+9}, and the B elements of column g at the same slots. A dot
@@ -45,10 +47,12 @@ struct LaneScales {
   unsigned zero[2];
 };
 
-// One k block of one lane as landed: LOADS x 16 stored bytes of rows g and g + 8, and their scales.
-template <int LOADS>
+// One k block of one lane as landed: LOADS x 16 stored bytes of rows g and g + 8, their scales, and
+// X_LOADS x 16 bytes of activations (the lane's 32 k) of each token fragment's token g.
+template <int LOADS, int NF, int X_LOADS>
 struct LaneBlock {
   uint4 w[2][LOADS];
+  uint4 x[NF][X_LOADS];
   LaneScales scales;
 };
 
@@ -82,6 +86,9 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   constexpr int LOADS = 32 / K_PER_LOAD;                 // 16-byte loads per row and lane
   constexpr int ROW_BYTES = KB * BITS / 8;               // stored bytes of a row per block
   constexpr int NF = BLOCK_M / 8;                      // n8 fragments (tokens)
+  constexpr int X_LOADS = moe_swap_ab_activation_loads(QUANT);  // 16-byte activation loads per fragment
+  constexpr bool ACT_RING = moe_swap_ab_activation_ring(QUANT);  // activations in the ring too
+  constexpr int SLOTS = 2 * LOADS + (ACT_RING ? NF * X_LOADS : 0);  // 16-byte ring slots of a lane per stage
   constexpr int BLOCK_N = moe_swap_ab_block_n(WARPS_N, GATED);  // the host sizes the grid with it
   constexpr int THREADS = WARPS_N * WARPS_K * 32;
   // w8a8 e4m3: weights and the (pre-quantized) activations both become f16 in registers (exact)
@@ -188,16 +195,24 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
       }
   }
 
-  // This lane's slots of its warp's ring: slot (stage s, row h, load l) at [(s * 2 + h) * LOADS + l]
-  // x 32 lanes, so a warp's 16-byte copies and reads are contiguous (conflict-free).
-  extern __shared__ __align__(16) uint4 s_ring[];  // [warps][STAGES][2][LOADS][32]
-  static_assert(WARPS_N * WARPS_K * STAGES * 2 * LOADS * 32 * 16 == moe_swap_ab_ring_bytes(WARPS_N * WARPS_K, STAGES, QUANT),
+  // This lane's slots of its warp's ring: stage s holds the weights (row h, load l) at slot h * LOADS
+  // + l and, with ACT_RING, the activations (fragment f, load l) at 2 * LOADS + f * X_LOADS + l, each
+  // slot x 32 lanes, so a warp's 16-byte copies and reads are contiguous (conflict-free).
+  extern __shared__ __align__(16) uint4 s_ring[];  // [warps][STAGES][SLOTS][32]
+  static_assert(WARPS_N * WARPS_K * STAGES * SLOTS * 32 * 16 == moe_swap_ab_ring_bytes(WARPS_N * WARPS_K, STAGES, QUANT, BLOCK_M),
                 "the host sizes the ring with moe_swap_ab_ring_bytes");
-  uint4* const lane_ring = s_ring + warp * (STAGES * 2 * LOADS * 32) + lane;
-  auto ring_slot = [&](int s, int h, int l) -> uint4& { return lane_ring[((s * 2 + h) * LOADS + l) * 32]; };
+  uint4* const lane_ring = s_ring + warp * (STAGES * SLOTS * 32) + lane;
+  auto ring_slot = [&](int s, int h, int l) -> uint4& { return lane_ring[(s * SLOTS + h * LOADS + l) * 32]; };
+  auto ring_act = [&](int s, int f, int l) -> uint4& { return lane_ring[(s * SLOTS + 2 * LOADS + f * X_LOADS + l) * 32]; };
+  // Activations: XK per 16-byte load, in the weights' run order; load l's k relative to a block.
+  constexpr int XK = 16 / EB;
+  static_assert(K_PER_LOAD % XK == 0 && X_LOADS * XK == 32, "an activation load stays inside one weight run");
+  auto act_k = [](int l) { return (l * XK / K_PER_LOAD) * RUN_STRIDE + (l * XK) % K_PER_LOAD; };
 
   // Starts block b_base + i * WARPS_K (i is a compile-time step when unrolled) into ring stage s:
-  // the weights by cp.async (zero-filled past k_limit), the scales into registers.
+  // the weights (and with ACT_RING the activations) by cp.async, zero-filled past k_left (0 * a
+  // non-finite weight would poison the sum), the scales into registers. Activations are cached in L1
+  // (.ca): the WARPS_N warps of a k slice copy the same ones.
   auto issue_block = [&](int i, int s) {
     LaneScales v;
     const int kb = i * WARPS_K * KB;  // k of the block relative to the turn's
@@ -210,6 +225,14 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
           sm80::cp_async_16(sm80::smem_addr(&ring_slot(s, h, l)),
                             w_ptr[h] + static_cast<long long>(i) * WARPS_K * ROW_BYTES + l * RUN_STRIDE * BITS / 8,
                             kb + l * RUN_STRIDE < k_left);
+        if (ACT_RING && h == 0) {
+#pragma unroll
+          for (int f = 0; f < NF; ++f)
+#pragma unroll
+            for (int l = 0; l < X_LOADS; ++l)
+              sm80::cp_async_16_ca(sm80::smem_addr(&ring_act(s, f, l)),
+                                   a_ptr[f] + static_cast<long long>(kb + act_k(l)) * EB, kb + act_k(l) < k_left);
+        }
       }
       v.scale[h] = 0u;
       v.zero[h] = 8u;
@@ -237,7 +260,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     for (int e = 0; e < 4; ++e) acc[f][e] = 0.f;
 
   // Eight weights (four DTYPE pairs) of group q (k 8q .. 8q + 7 of the lane's chunk) of row h.
-  auto dequant_group = [&](const LaneBlock<LOADS>& v, int h, int q, bool exact_mxfp4) {
+  auto dequant_group = [&](const LaneBlock<LOADS, NF, X_LOADS>& v, int h, int q, bool exact_mxfp4) {
     const uint4 raw = v.w[h][q * 8 / K_PER_LOAD];
     const unsigned word[4] = {raw.x, raw.y, raw.z, raw.w};
     if constexpr (QUANT == kQuantNone) {
@@ -257,26 +280,30 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     }
   };
 
-  auto compute_block = [&](const LaneBlock<LOADS>& v, int i) {
+  auto compute_block = [&](const LaneBlock<LOADS, NF, X_LOADS>& v, int i) {
     const int kb = i * WARPS_K * KB;  // relative to the turn's
-    // Activations of the lane's elements for each token, XK per load, in the weights' run order
-    // (zeros past the end: 0 * a non-finite weight would otherwise poison the sum).
-    constexpr int XK = 16 / EB;
-    constexpr int X_LOADS = 32 / XK;
-    static_assert(K_PER_LOAD % XK == 0, "an activation load stays inside one weight run");
-    // MXFP4: a block wholly inside the reduction length (all but the last) loads without predicates:
-    // the zeroing of the predicated loads' registers cost ~12 instructions a block (ncu SASS).
-    const bool whole_block = QUANT == kQuantMxfp4 && (b_base + i * WARPS_K + 1) * KB <= args.inner;
+    // Activations of the lane's elements for each token, in the weights' run order: landed in the
+    // ring, or loaded now (zeros past the end). MXFP4: a block wholly inside the reduction length (all
+    // but the last) loads without predicates: the zeroing of the predicated loads' registers cost ~12
+    // instructions a block (ncu SASS).
     uint4 xr[NF][X_LOADS];
+    if constexpr (ACT_RING) {
 #pragma unroll
-    for (int f = 0; f < NF; ++f)
+      for (int f = 0; f < NF; ++f)
 #pragma unroll
-      for (int l = 0; l < X_LOADS; ++l) {
-        const int k = kb + (l * XK / K_PER_LOAD) * RUN_STRIDE + (l * XK) % K_PER_LOAD;
-        const uint4* src = reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(k) * EB);
-        if (whole_block) xr[f][l] = __ldg(src);
-        else xr[f][l] = k < k_left ? __ldg(src) : make_uint4(0u, 0u, 0u, 0u);
-      }
+        for (int l = 0; l < X_LOADS; ++l) xr[f][l] = v.x[f][l];
+    } else {
+      const bool whole_block = QUANT == kQuantMxfp4 && (b_base + i * WARPS_K + 1) * KB <= args.inner;
+#pragma unroll
+      for (int f = 0; f < NF; ++f)
+#pragma unroll
+        for (int l = 0; l < X_LOADS; ++l) {
+          const int k = kb + act_k(l);
+          const uint4* src = reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(k) * EB);
+          if (whole_block) xr[f][l] = __ldg(src);
+          else xr[f][l] = k < k_left ? __ldg(src) : make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
     // Eight activations (four MMA_DTYPE pairs) of group q for fragment f.
     auto x_group = [&](int f, int q) {
       if constexpr (FP8) {
@@ -343,11 +370,16 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) {
         sm80::cp_async_wait<STAGES - 1>();  // this lane's copies of stage s have landed
-        LaneBlock<LOADS> cur;
+        LaneBlock<LOADS, NF, X_LOADS> cur;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int l = 0; l < LOADS; ++l) cur.w[h][l] = ring_slot(s, h, l);
+        if constexpr (ACT_RING)
+#pragma unroll
+          for (int f = 0; f < NF; ++f)
+#pragma unroll
+            for (int l = 0; l < X_LOADS; ++l) cur.x[f][l] = ring_act(s, f, l);
         cur.scales = scales_in_flight[s];
         scales_in_flight[s] = issue_block(s + STAGES, s);
         if (b_base + s * WARPS_K < b_end) compute_block(cur, s);

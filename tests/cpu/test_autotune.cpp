@@ -693,3 +693,30 @@ TEST_CASE("autotune: GEMM1 weight multicast over two-CTA clusters: kernel spec, 
   odd.gemm1.pingpong = true;
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a"), doctest::Contains("multicast = 1 needs"), Error);
 }
+
+// The swap-AB ring's size is one formula for the host (the launch) and the kernel (its
+// static_assert): fp8 layers carry their activations in it, other formats load them per block.
+TEST_CASE("autotune: the swap-AB ring holds fp8 activations beside the weights") {
+  constexpr int kSlot = 32 * 16;  // one 16-byte slot for each lane of a warp
+  CHECK(moe_swap_ab_activation_ring(kQuantFp8Block));
+  CHECK(moe_swap_ab_activation_ring(kQuantFp8Tensor));
+  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4));
+  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantNone));
+  // fp8: two 16-byte weight loads for each of two rows, two activation loads per 8-token fragment.
+  CHECK(moe_swap_ab_ring_bytes(8, 2, kQuantFp8Block, 16) == 8 * 2 * (2 * 2 + 2 * 2) * kSlot);
+  CHECK(moe_swap_ab_ring_bytes(8, 4, kQuantFp8Tensor, 32) == 8 * 4 * (2 * 2 + 4 * 2) * kSlot);
+  // 4-bit and 16-bit weights: weights alone, whatever the tokens.
+  CHECK(moe_swap_ab_ring_bytes(8, 2, kQuantMxfp4, 32) == 8 * 2 * 2 * kSlot);
+  CHECK(moe_swap_ab_ring_bytes(4, 3, kQuantNone, 8) == 4 * 3 * 2 * 4 * kSlot);
+  // The launch's dynamic shared memory comes from it, and a ring past the device limit is refused.
+  MoeSpec s = qwen3();
+  s.quant = kQuantFp8Block;
+  MoeTileConfig c;
+  c.block_m = 32;
+  c.gemm1 = c.gemm2 = swap_ab_tile(4, 2, 4);
+  const auto specs = moe_expert_kernel_specs(s, c, "sm_90a");
+  CHECK(specs[0].get_int("smem_bytes") == moe_swap_ab_ring_bytes(8, 4, kQuantFp8Block, 32));
+  CHECK(config_fits(s, c, {227 * 1024, "sm_90a"}));
+  c.gemm1 = c.gemm2 = swap_ab_tile(4, 2, 5);  // 240 KiB
+  CHECK_FALSE(config_fits(s, c, {227 * 1024, "sm_90a"}));
+}

@@ -269,7 +269,8 @@ std::vector<MoeKernelCase> moe_swap_ab_cases() {
         }
         if (variant == 3) {
           c.gemm1 = swap_ab_tile(2, 1, 8);
-          c.gemm2 = swap_ab_tile(4, 2, 5);
+          // fp8 rings hold activations too: 5 stages at 32 tokens would need 240 KiB.
+          c.gemm2 = swap_ab_tile(4, 2, quant_is_fp8(spec.quant) ? 3 : 5);
         }
         out.push_back({spec, c, {1, 7, 40}});
       }
