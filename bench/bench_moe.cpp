@@ -31,6 +31,18 @@ bool output_complete(const DeviceBuffer& out, std::size_t count, int dtype) {
   const auto bits = out.to_vector<std::uint16_t>(count);
   return std::all_of(bits.begin(), bits.end(), [&](std::uint16_t b) { return std::isfinite(half_bits_to_float(b, dtype)); });
 }
+// --balanced: token t's top_k logits are experts (t top_k + j + set) mod E, well above the rest, so
+// every expert gets M top_k / E rows (+-1): the expert row tiles carry no padding beyond the last
+// tile's remainder of that even count (a diagnostic against random routing's uneven counts).
+std::vector<std::uint16_t> balanced_logits(std::size_t tokens, std::size_t E, int top_k, int set) {
+  std::vector<std::uint16_t> bits(tokens * E);
+  for (std::size_t t = 0; t < tokens; ++t) {
+    for (std::size_t e = 0; e < E; ++e) bits[t * E + e] = float_to_bf16_bits(-4.f - float((t * 7 + e * 13) % 17) / 16.f);
+    for (int j = 0; j < top_k; ++j)
+      bits[t * E + (t * top_k + j + set) % E] = float_to_bf16_bits(4.f - 0.125f * float(j));
+  }
+  return bits;
+}
 }  // namespace
 
 void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& shapes, nlohmann::json& results) {
@@ -61,7 +73,10 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
     std::vector<DeviceBuffer> logits;
     for (int i = 0; i < kLogitSets; ++i) {
       logits.emplace_back(api, std::max<std::size_t>(max_m * E * 2, 16));
-      ctx.filler->fill(ctx.stream, logits.back().ptr(), max_m * E, ScalarType::BF16, 100 + i, 4.f);
+      if (ctx.balanced)
+        logits.back().upload(balanced_logits(max_m, E, s.top_k, i).data(), max_m * E * 2);
+      else
+        ctx.filler->fill(ctx.stream, logits.back().ptr(), max_m * E, ScalarType::BF16, 100 + i, 4.f);
     }
     for (int m : ctx.token_counts) {
       MoeTileConfig config = layer.tile_config(m);

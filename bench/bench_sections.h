@@ -43,6 +43,9 @@ struct Context {
   // --multicast: persistent wgmma GEMM1 tiles that can (GemmTile::multicast: gated activations)
   // multicast their weight tiles over clusters of two CTAs.
   bool multicast = false;
+  // --balanced: router logits that give every expert the same row count (bench_moe.cpp) instead of
+  // random ones (how much the expert row tiles' padding costs).
+  bool balanced = false;
 };
 
 void bench_routing(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& shapes, nlohmann::json& results);

@@ -28,16 +28,27 @@ namespace moe_store {
 // (queued behind the tile's stores) were 31% of the stall samples of DeepSeek-V3 TP8's wgmma GEMM2
 // at M = 8192 (H200, ncu source counters). The shared-memory kernel keeps the per-pair test: its
 // 128-accumulator tiles spilled with two epilogue instances.
-enum BiasMode : int { kBiasNone = 0, kBiasAlways = 1, kBiasChecked = 2 };
+// kBiasTile: `bias` is the tile's own bias columns in shared memory, [G][BLOCK_N] by tile column
+// (the persistent wgmma kernel stages them under its k loop). Read from global memory, each pair's
+// bias load sat between the branches of the column tests, so the compiler kept them in order and
+// every add waited a full round trip: a third of gpt-oss-120b's consumer time at M = 8192 (H100,
+// ncu source counters).
+enum BiasMode : int { kBiasNone = 0, kBiasAlways = 1, kBiasChecked = 2, kBiasTile = 3 };
 template <int BIAS, int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_N, int G, int MI, int NI, class Sink>
 __device__ inline void store_fragments_with(const MoeGemmArgs& args, const float (&acc)[G][MI][NI][4], int tile_row,
                                             int tile_col, int lane, int n0, const float* bias, const int* s_slot,
                                             const int* s_arow, const float* s_weight, const float* s_col_scale,
                                             const Sink& sink) {
   constexpr bool GATED = activation_is_gated(ACT);
-  constexpr bool INTERLEAVED = activation_is_interleaved(ACT);
   constexpr bool FP8 = quant_is_fp8(QUANT);
   constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
+  const bool has_bias = BIAS == kBiasAlways || BIAS == kBiasTile || (BIAS == kBiasChecked && bias);
+  // Bias of output column c in set `half` (gate / the only one = 0, up = 1).
+  auto bias_at = [&](int c, int half) {
+    if constexpr (BIAS == kBiasTile) return bias[half * BLOCK_N + c - n0];
+    else if constexpr (GATED) return bias[activation_is_interleaved(ACT) ? 2 * c + half : c + half * args.up_row_offset];
+    else return bias[c];
+  };
 #pragma unroll
   for (int mi = 0; mi < MI; ++mi) {
 #pragma unroll
@@ -68,14 +79,13 @@ __device__ inline void store_fragments_with(const MoeGemmArgs& args, const float
             if constexpr (GATED) {
               float u = acc[G - 1][mi][ni][2 * h + j] * col_scale[G - 1][j];
               if (args.weight_on_input) u *= w;
-              if (BIAS == kBiasAlways || (BIAS == kBiasChecked && bias)) {
-                const int c = col + j;
-                v[j] += bias[INTERLEAVED ? 2 * c : c];
-                u += bias[INTERLEAVED ? 2 * c + 1 : c + args.up_row_offset];
+              if (has_bias) {
+                v[j] += bias_at(col + j, 0);
+                u += bias_at(col + j, 1);
               }
               out[j] = act::gated<ACT>(v[j], u, args.alpha, args.limit);
             } else {
-              if (BIAS == kBiasAlways || (BIAS == kBiasChecked && bias)) v[j] += bias[col + j];
+              if (has_bias) v[j] += bias_at(col + j, 0);
               out[j] = act::single<ACT>(v[j]);
             }
           }
@@ -83,7 +93,7 @@ __device__ inline void store_fragments_with(const MoeGemmArgs& args, const float
         } else {
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            if (BIAS == kBiasAlways || (BIAS == kBiasChecked && bias)) v[j] += bias[col + j];
+            if (has_bias) v[j] += bias_at(col + j, 0);
             if (args.weight_on_output) v[j] *= w;
           }
           sink(rl, col, g, v[0], v[1]);
@@ -102,6 +112,24 @@ __device__ inline void store_fragments(const MoeGemmArgs& args, const float (&ac
   if (bias)
     store_fragments_with<kBiasAlways, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, bias,
                                                                         s_slot, s_arow, s_weight, s_col_scale, sink);
+  else
+    store_fragments_with<kBiasNone, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, nullptr,
+                                                                      s_slot, s_arow, s_weight, s_col_scale, sink);
+}
+
+// BIAS_STAGED: the same with the tile's bias columns staged in shared memory (kBiasTile; s_bias
+// null: the tile has none); else store_fragments.
+template <bool BIAS_STAGED, int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_N, int G, int MI, int NI, class Sink>
+__device__ inline void store_fragments_tile_bias(const MoeGemmArgs& args, const float (&acc)[G][MI][NI][4], int tile_row,
+                                                 int tile_col, int lane, int n0, int expert, const float* s_bias,
+                                                 const int* s_slot, const int* s_arow, const float* s_weight,
+                                                 const float* s_col_scale, const Sink& sink) {
+  if constexpr (!BIAS_STAGED)
+    store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, expert, s_slot, s_arow,
+                                                      s_weight, s_col_scale, sink);
+  else if (s_bias)
+    store_fragments_with<kBiasTile, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, s_bias,
+                                                                      s_slot, s_arow, s_weight, s_col_scale, sink);
   else
     store_fragments_with<kBiasNone, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, nullptr,
                                                                       s_slot, s_arow, s_weight, s_col_scale, sink);

@@ -275,6 +275,13 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     auto fetch_weight = [&](int slot) {
       return (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
     };
+    // The tile's bias columns, [G][BLOCK_N] by tile column, in s_col_scale's place (free where the
+    // format has no epilogue scales; ping-pong groups would need one each): each consumer thread
+    // loads its B_ROWS / TILE_THREADS (1 or 2) before the k loop and stores them after it, so the
+    // loads' round trip hides under the loop and the epilogue reads shared memory.
+    constexpr bool BIAS_STAGED = !EPILOGUE_SCALED && !PINGPONG;
+    constexpr int BIAS_LOADS = (T::B_ROWS + TILE_THREADS - 1) / TILE_THREADS;
+    float* s_bias = s_col_scale;
     const int stride = GROUPS * walkers;
     int expert_next = 0;
     int slot_next = fetch_slot(first + group * walkers, expert_next);
@@ -292,6 +299,15 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, gtid, TILE_THREADS, s_col_scale);
       sm90::named_barrier(1 + group, TILE_THREADS);
       slot_next = fetch_slot(item + stride, expert_next);
+      const float* bias = BIAS_STAGED ? moe_tile::tile_bias<ROLE>(args, expert) : nullptr;
+      float bias_part[BIAS_LOADS];
+      if (bias) {
+  #pragma unroll
+        for (int r = 0; r < BIAS_LOADS; ++r) {
+          const int at = gtid + r * TILE_THREADS, wrow = moe_tile::weight_row<ACT>(args, n0 + at % BLOCK_N, at / BLOCK_N);
+          bias_part[r] = at < T::B_ROWS && wrow >= 0 ? bias[wrow] : 0.f;
+        }
+      }
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) d[e] = 0.f;
       // Ping-pong: group 1's item n follows group 0's item n, group 0's item n (n >= 1) group 1's
@@ -335,22 +351,30 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       weight_next = fetch_weight(slot_next);  // lands during the epilogue
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
+      // The row arrays' barrier at the loop's top keeps the tile before's epilogue from reading these.
+      if (bias) {
+  #pragma unroll
+        for (int r = 0; r < BIAS_LOADS; ++r)
+          if (gtid + r * TILE_THREADS < T::B_ROWS) s_bias[gtid + r * TILE_THREADS] = bias_part[r];
+        if constexpr (!STAGED) sm90::named_barrier(1 + group, TILE_THREADS);  // the staged path's barrier follows
+      }
       if constexpr (STAGED) {
         // The previous tile's rows have left the staging tile (their bulk copies were issued a k
         // loop ago: the wait is normally over at once).
         if (gtid < BLOCK_M) sm90::bulk_wait_read();
         sm90::named_barrier(1, CONSUMERS);
         const StagedTile<ROLE, DTYPE, BLOCK_N> out{s_out, n0};
-        moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
-                                                                      expert, s_slot, s_arow, s_weight, s_col_scale, out);
+        moe_store::store_fragments_tile_bias<BIAS_STAGED, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(
+            args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0, expert, bias ? s_bias : nullptr, s_slot, s_arow, s_weight,
+            s_col_scale, out);
         sm90::fence_proxy_async();  // the staged tile -> the copy engine
         sm90::named_barrier(1, CONSUMERS);
         // Left in flight: the copies overlap the next tile's k loop.
         if (gtid < BLOCK_M && s_slot[gtid] >= 0) out.store_row(args, row0, gtid, s_slot[gtid]);
       } else {
-        moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0,
-                                                                      expert, s_slot, s_arow, s_weight, s_col_scale,
-                                                                      moe_store::DirectSink<ROLE, DTYPE>{args, row0});
+        moe_store::store_fragments_tile_bias<BIAS_STAGED, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(
+            args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0, expert, bias ? s_bias : nullptr, s_slot, s_arow, s_weight,
+            s_col_scale, moe_store::DirectSink<ROLE, DTYPE>{args, row0});
       }
     }
     if constexpr (STAGED)
