@@ -164,6 +164,7 @@ struct StagedTile {
   static constexpr bool OUT16 = moe_wgmma_out_bytes(ROLE) == 2;  // DTYPE rows, else fp32
   static constexpr int OUT_BYTES = moe_wgmma_out_bytes(ROLE);
   static constexpr int PITCH = BLOCK_N + 8;
+  static constexpr bool kWholeTile = true;  // store_row copies the columns < n_out only
   unsigned char* s_out;
   int n0;
   __device__ void operator()(int rl, int col, int, float a, float b) const {

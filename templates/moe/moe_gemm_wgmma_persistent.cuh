@@ -356,21 +356,27 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   #pragma unroll
         for (int r = 0; r < BIAS_LOADS; ++r)
           if (gtid + r * TILE_THREADS < T::B_ROWS) s_bias[gtid + r * TILE_THREADS] = bias_part[r];
-        if constexpr (!STAGED) sm90::named_barrier(1 + group, TILE_THREADS);  // the staged path's barrier follows
+        sm90::named_barrier(1 + group, TILE_THREADS);
       }
       if constexpr (STAGED) {
-        // The previous tile's rows have left the staging tile (their bulk copies were issued a k
-        // loop ago: the wait is normally over at once).
-        if (gtid < BLOCK_M) sm90::bulk_wait_read();
-        sm90::named_barrier(1, CONSUMERS);
+        // Warp w stages and copies out its own tile rows 16 w .. 16 w + 15 (the rows its fragments
+        // hold; lane l < 16 copies row 16 w + l), so a warp barrier orders them. Copies by one
+        // warpgroup's threads, a row each between two CTA barriers, kept the other warpgroup
+        // waiting at those barriers (13% of the stall samples of DeepSeek-V3 TP8's GEMM2, H200).
+        const int copy_row = cwarp * 16 + lane;
+        static_assert(TILE_THREADS / 32 * 16 == BLOCK_M, "16 rows a warp");
+        // This warp's rows of the tile before have left (their copies were issued a k loop ago: the
+        // wait is normally over at once).
+        if (lane < 16) sm90::bulk_wait_read();
+        __syncwarp();
         const StagedTile<ROLE, DTYPE, BLOCK_N> out{s_out, n0};
         moe_store::store_fragments_tile_bias<BIAS_STAGED, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(
-            args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0, expert, bias ? s_bias : nullptr, s_slot, s_arow, s_weight,
-            s_col_scale, out);
-        sm90::fence_proxy_async();  // the staged tile -> the copy engine
-        sm90::named_barrier(1, CONSUMERS);
+            args, acc, cwarp * 16, 0, lane, n0, expert, bias ? s_bias : nullptr, s_slot, s_arow, s_weight, s_col_scale,
+            out);
+        sm90::fence_proxy_async();  // the staged rows -> the copy engine
+        __syncwarp();
         // Left in flight: the copies overlap the next tile's k loop.
-        if (gtid < BLOCK_M && s_slot[gtid] >= 0) out.store_row(args, row0, gtid, s_slot[gtid]);
+        if (lane < 16 && s_slot[copy_row] >= 0) out.store_row(args, row0, copy_row, s_slot[copy_row]);
       } else {
         moe_store::store_fragments_tile_bias<BIAS_STAGED, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(
             args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0, expert, bias ? s_bias : nullptr, s_slot, s_arow, s_weight,
@@ -378,7 +384,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       }
     }
     if constexpr (STAGED)
-      if (gtid < BLOCK_M) sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
+      if (lane < 16) sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
   }
   // Multicast: neither CTA leaves while the other may still copy into its ring or arrive on its barriers.
   if constexpr (MULTICAST) sm90::cluster_sync();
