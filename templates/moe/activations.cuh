@@ -13,7 +13,12 @@
 namespace moejit {
 namespace act {
 
-__device__ inline float silu(float x) { return x / (1.f + expf(-x)); }
+// x * sigmoid(a x) with the hardware exponential and a fast divide (a few ulp off IEEE, far below
+// the bf16 / fp16 rounding of the output): expf's range reduction and the IEEE divide's slow-path
+// test and call were about half of a gated GEMM1 epilogue's instructions. For a x -> -inf the
+// exponential overflows to inf and the quotient is 0, as the limit is.
+__device__ inline float x_sigmoid(float x, float a) { return __fdividef(x, 1.f + __expf(-a * x)); }
+__device__ inline float silu(float x) { return x_sigmoid(x, 1.f); }
 __device__ inline float gelu_erf(float x) { return 0.5f * x * (1.f + erff(x * 0.70710678118654752f)); }
 __device__ inline float gelu_tanh(float x) {
   const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)
@@ -32,7 +37,7 @@ __device__ inline float gated(float gate, float up, float alpha, float limit) {
   } else if constexpr (ACT == kActSwigluOai) {
     const float g = fminf(gate, limit);
     const float u = fminf(fmaxf(up, -limit), limit);
-    return g / (1.f + expf(-alpha * g)) * (u + 1.f);
+    return x_sigmoid(g, alpha) * (u + 1.f);
   } else {
     static_assert(ACT == kActSwigluStep, "not a gated activation");
     return fminf(silu(gate), limit) * fminf(fmaxf(up, -limit), limit);
