@@ -11,6 +11,13 @@ namespace sm80 {
 __device__ inline unsigned smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+// A float from shared memory by its 32-bit address (pointers the compiler cannot see are shared
+// cost 64-bit generic address registers). Volatile: kept in order with the barriers around it.
+__device__ inline float lds_f32(unsigned addr) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+  return v;
+}
 
 // Copies 16 bytes global -> shared; with valid == false nothing is read and the destination is
 // zero-filled (src-size 0), which is how rows past the end and K tails become zeros.

@@ -49,8 +49,9 @@ __device__ inline void store_fragments_with(const MoeGemmArgs& args, const float
   // epilogues. Padding rows are still skipped: half-empty 64-row tiles ran 2% slower without that.
   constexpr bool ALL_COLUMNS = Sink::kWholeTile && (BIAS == kBiasNone || BIAS == kBiasTile);
   // Bias of output column c in set `half` (gate / the only one = 0, up = 1).
+  const unsigned s_bias = BIAS == kBiasTile ? sm80::smem_addr(bias) - 4u * n0 : 0u;  // column c at + 4 c
   auto bias_at = [&](int c, int half) {
-    if constexpr (BIAS == kBiasTile) return bias[half * BLOCK_N + c - n0];
+    if constexpr (BIAS == kBiasTile) return sm80::lds_f32(s_bias + 4u * (half * BLOCK_N + c));
     else if constexpr (GATED) return bias[activation_is_interleaved(ACT) ? 2 * c + half : c + half * args.up_row_offset];
     else return bias[c];
   };
@@ -122,17 +123,19 @@ __device__ inline void store_fragments(const MoeGemmArgs& args, const float (&ac
                                                                       s_slot, s_arow, s_weight, s_col_scale, sink);
 }
 
-// BIAS_STAGED: the same with the tile's bias columns staged in shared memory (kBiasTile; s_bias
-// null: the tile has none); else store_fragments.
+// BIAS_STAGED: the same with the tile's bias columns staged in shared memory at s_bias (kBiasTile),
+// where the tile has a bias (has_bias); else store_fragments. (s_bias is passed as is, never
+// selected against null: the compiler then knows it for shared memory and addresses it with 32-bit
+// offsets; a generic pointer cost 64-row GEMM2 tiles the register that kept 3 CTAs on an SM.)
 template <bool BIAS_STAGED, int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_N, int G, int MI, int NI, class Sink>
 __device__ inline void store_fragments_tile_bias(const MoeGemmArgs& args, const float (&acc)[G][MI][NI][4], int tile_row,
-                                                 int tile_col, int lane, int n0, int expert, const float* s_bias,
-                                                 const int* s_slot, const int* s_arow, const float* s_weight,
-                                                 const float* s_col_scale, const Sink& sink) {
+                                                 int tile_col, int lane, int n0, int expert, bool has_bias,
+                                                 const float* s_bias, const int* s_slot, const int* s_arow,
+                                                 const float* s_weight, const float* s_col_scale, const Sink& sink) {
   if constexpr (!BIAS_STAGED)
     store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, expert, s_slot, s_arow,
                                                       s_weight, s_col_scale, sink);
-  else if (s_bias)
+  else if (has_bias)
     store_fragments_with<kBiasTile, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, tile_row, tile_col, lane, n0, s_bias,
                                                                       s_slot, s_arow, s_weight, s_col_scale, sink);
   else

@@ -299,13 +299,16 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, gtid, TILE_THREADS, s_col_scale);
       sm90::named_barrier(1 + group, TILE_THREADS);
       slot_next = fetch_slot(item + stride, expert_next);
-      const float* bias = BIAS_STAGED ? moe_tile::tile_bias<ROLE>(args, expert) : nullptr;
       float bias_part[BIAS_LOADS];
-      if (bias) {
+      if constexpr (BIAS_STAGED) {
+        // Only the loaded values live across the k loop (the pointer is found again after it): a
+        // register more or less decides whether three 64-row CTAs share an SM.
+        if (const float* b = moe_tile::tile_bias<ROLE>(args, expert)) {
   #pragma unroll
-        for (int r = 0; r < BIAS_LOADS; ++r) {
-          const int at = gtid + r * TILE_THREADS, wrow = moe_tile::weight_row<ACT>(args, n0 + at % BLOCK_N, at / BLOCK_N);
-          bias_part[r] = at < T::B_ROWS && wrow >= 0 ? bias[wrow] : 0.f;
+          for (int r = 0; r < BIAS_LOADS; ++r) {
+            const int at = gtid + r * TILE_THREADS, wrow = moe_tile::weight_row<ACT>(args, n0 + at % BLOCK_N, at / BLOCK_N);
+            bias_part[r] = at < T::B_ROWS && wrow >= 0 ? b[wrow] : 0.f;
+          }
         }
       }
   #pragma unroll
@@ -352,6 +355,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
       // The row arrays' barrier at the loop's top keeps the tile before's epilogue from reading these.
+      const float* bias = BIAS_STAGED ? moe_tile::tile_bias<ROLE>(args, expert) : nullptr;
       if (bias) {
   #pragma unroll
         for (int r = 0; r < BIAS_LOADS; ++r)
@@ -371,7 +375,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         __syncwarp();
         const StagedTile<ROLE, DTYPE, BLOCK_N> out{s_out, n0};
         moe_store::store_fragments_tile_bias<BIAS_STAGED, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(
-            args, acc, cwarp * 16, 0, lane, n0, expert, bias ? s_bias : nullptr, s_slot, s_arow, s_weight, s_col_scale,
+            args, acc, cwarp * 16, 0, lane, n0, expert, bias != nullptr, s_bias, s_slot, s_arow, s_weight, s_col_scale,
             out);
         sm90::fence_proxy_async();  // the staged rows -> the copy engine
         __syncwarp();
@@ -379,7 +383,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         if (lane < 16 && s_slot[copy_row] >= 0) out.store_row(args, row0, copy_row, s_slot[copy_row]);
       } else {
         moe_store::store_fragments_tile_bias<BIAS_STAGED, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(
-            args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0, expert, bias ? s_bias : nullptr, s_slot, s_arow, s_weight,
+            args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0, expert, bias != nullptr, s_bias, s_slot, s_arow, s_weight,
             s_col_scale, moe_store::DirectSink<ROLE, DTYPE>{args, row0});
       }
     }
