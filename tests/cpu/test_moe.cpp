@@ -68,11 +68,7 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
 TEST_CASE("moe: 64-row persistent GEMM2 tiles keep three CTAs an SM") {
   ScratchDir dir("moe-gemm2-occupancy");
   Runtime rt(test_options(dir.path() / "cache"));
-  MoeSpec spec;
-  spec.num_experts = 256;
-  spec.top_k = 8;
-  spec.hidden = 7168;
-  spec.intermediate = 256;
+  const MoeSpec spec = small_layer(256, 8, 7168, 256);  // DeepSeek-V3 TP8's shape
   MoeTileConfig config;
   config.block_m = 64;
   config.gemm1 = wgmma_tile(64, 4, 0, true);

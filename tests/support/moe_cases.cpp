@@ -10,6 +10,7 @@ namespace moejit::test {
 
 namespace {
 const std::vector<int> kModelTokens = {1, 7, 64, 333, 4096};
+}  // namespace
 
 MoeSpec small_layer(int experts, int top_k, int hidden, int intermediate, MoeActivation act, MoeDType dtype,
                     MoeQuant quant) {
@@ -23,7 +24,6 @@ MoeSpec small_layer(int experts, int top_k, int hidden, int intermediate, MoeAct
   s.quant = quant;
   return s;
 }
-}  // namespace
 
 std::vector<MoeCase> moe_matrix_cases() {
   std::vector<MoeCase> out;

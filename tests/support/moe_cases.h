@@ -16,6 +16,10 @@ struct MoeCase {
   std::vector<int> token_counts;  // forwards the test runs
 };
 
+// A layer of the given shape (the other MoeSpec fields at their defaults).
+MoeSpec small_layer(int experts, int top_k, int hidden, int intermediate, MoeActivation act = kActSiluMul,
+                    MoeDType dtype = kDTypeBF16, MoeQuant quant = kQuantNone);
+
 // Small layer (E=8, top_k=2, K=192, N=80: tails in K and N) in every combination of activation x
 // dtype x bias x router weight position x fused/unfused x fast/deterministic.
 std::vector<MoeCase> moe_matrix_cases();
