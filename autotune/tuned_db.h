@@ -55,7 +55,8 @@ struct TunedEntry {
 // How far (in log2 M) a tuned bucket's config is trusted: a config tuned at M serves M / 4 .. 4 M.
 // Beyond that the heuristic does better than a distant bucket (a DB whose int4 buckets stopped at M
 // = 128 ran M = 8192 on that decode config, twice the heuristic's time). The shipped DBs' buckets
-// (1 .. 256, 1024, 4096, 8192) leave no gap under M = 32768.
+// (powers of two, 1 .. 8192, but a few where the tuned config did not beat its neighbour's in two
+// bench rounds) leave no gap under M = 32768.
 constexpr double kTunedBucketReachLog2 = 2.0;
 
 // The entry whose M is nearest to m in log2 M (ties: the smaller M) and within kTunedBucketReachLog2

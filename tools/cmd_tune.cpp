@@ -30,7 +30,7 @@ nothing). MoeLayer reads the DB in prepare().
   --dtype T        bf16 (default) or fp16
   --quant FORMAT   expert weights: none (default), int8_channel, int4_group (groups of 128), mxfp4,
                    fp8_block, fp8_channel, fp8_tensor (tuned DB entries are keyed by format)
-  --batches LIST   batch sizes (default 1,2,4,8,16,32,64,128,256,1024,4096,8192)
+  --batches LIST   batch sizes (default 1,2,4,...,8192: every power of two)
   --budget-s S     stop timing new candidates after S seconds (the best so far is kept)
   --reps N         timed runs per candidate and routing distribution (median; default 10)
   --out FILE       the DB to merge into (default: MOEJIT_TUNED_DB, else <cache>/tuned/<device>.json)
