@@ -55,6 +55,7 @@ Options Options::from_env() {
   if (auto v = env("MOEJIT_TUNE")) o.tune_on_first_use = parse_bool(*v, "MOEJIT_TUNE");
   if (auto v = env("MOEJIT_TUNED_DB")) o.tuned_db = *v;
   if (auto v = env("MOEJIT_TUNED_DBS")) o.use_tuned_dbs = parse_bool(*v, "MOEJIT_TUNED_DBS");
+  if (auto v = env("MOEJIT_WORK_QUEUE")) o.work_queue = parse_bool(*v, "MOEJIT_WORK_QUEUE") ? 1 : 0;
   return o;
 }
 

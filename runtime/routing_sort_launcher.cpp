@@ -67,7 +67,7 @@ RoutingSortBuffers RoutingSorter::layout(CUdeviceptr workspace, int max_tokens, 
   take(b.scatter_index, std::size_t(max_tokens) * config_.top_k);
   take(b.tile_expert, max_tiles(max_tokens));
   take(b.tile_rows, max_tiles(max_tokens));
-  take(b.totals, 3);
+  take(b.totals, kRoutingTotals);
   take(b.cta_flags, ctas);
   take(b.error_flags, 1);
   if (total_bytes) *total_bytes = offset;

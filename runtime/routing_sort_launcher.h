@@ -36,7 +36,7 @@ struct RoutingSortBuffers {
   int* scatter_index = nullptr;
   int* tile_expert = nullptr;
   int* tile_rows = nullptr;
-  int* totals = nullptr;       // [3] routed rows, padded rows, tiles
+  int* totals = nullptr;       // [kRoutingTotals] routed rows, padded rows, tiles, work queue counters
   int* cta_flags = nullptr;    // [count CTAs] workspace: each CTA's error bits
   int* error_flags = nullptr;  // [1] RoutingErrorFlags
 };

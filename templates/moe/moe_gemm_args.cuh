@@ -68,6 +68,11 @@ struct MoeGemmArgs {
   // The wgmma kernels' grouped walk (moe_tile_walk.cuh): row tiles per column sweep; 0 = the
   // default (kMoeWalkGroupRows). The other kernels take one tile per CTA in grid order.
   int walk_rows;
+  // The persistent wgmma kernel's work queue: a counter, zero at the launch (the routing zeroes it),
+  // from which the CTAs claim the walk's items in order as they get through them; null = the fixed
+  // stride (items blockIdx.x, + gridDim.x, ...). Not with multicast clusters, ping-pong groups or
+  // k splits (the host leaves it null there).
+  int* work_counter;
   // GEMM1 of the persistent wgmma kernel: 1 = A is X already gathered into padded-row order
   // (moe_gather_rows_kernel), read as whole tiles through a_tensor_map like GEMM2's A; 0 = rows of
   // X gathered by token with per-row cp.async in the producer warpgroup.
@@ -205,11 +210,16 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_ring_bytes(int block_m, int block_n, 
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays
 // (s_slot, s_arow, s_weight in moe_gemm_sm80.cuh: 3 x 4 bytes per row) and split-K's flag (16).
 MOEJIT_HOST_DEVICE constexpr int moe_gemm_static_smem_bytes(int block_m) { return 12 * block_m + 16; }
-// The wgmma kernel's: the same arrays, rounded up to 1024 bytes as the compiler places them before
-// the 1024-byte-aligned dynamic ring (a 64-row tile's 784 bytes take 1024: the driver refused a
-// 231520-byte ring that the unrounded sum let through).
+// The persistent wgmma kernel's work queue (MoeGemmArgs::work_counter): the claimed items' ring and
+// a barrier per entry. Deeper than the k-tile ring plus two, so that an entry is rewritten only
+// after every reader has it (moe_gemm_wgmma_persistent.cuh).
+constexpr int kMoeWorkQueueDepth = 8;
+constexpr int kMoeWorkQueueBytes = kMoeWorkQueueDepth * (8 + 4);
+// The wgmma kernel's: the same arrays and the work queue, rounded up to 1024 bytes as the compiler
+// places them before the 1024-byte-aligned dynamic ring (a 64-row tile's 784 bytes take 1024: the
+// driver refused a 231520-byte ring that the unrounded sum let through).
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_static_smem_bytes(int rows_held) {
-  return (moe_gemm_static_smem_bytes(rows_held) + 1023) / 1024 * 1024;
+  return (moe_gemm_static_smem_bytes(rows_held) + kMoeWorkQueueBytes + 1023) / 1024 * 1024;
 }
 // Shared memory one CTA may use on sm_90 / sm_100 after opting in (sm_80: 163 KiB, no wgmma).
 constexpr int kMoeWgmmaMaxSharedBytes = 227 * 1024;

@@ -155,9 +155,14 @@ __global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT, PINGPON
   const int local_tiles = min(k_tiles, kt_begin + per_split) - kt_begin;
   if constexpr (PERSISTENT) {
     auto* bars = reinterpret_cast<unsigned long long*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE));
+    __shared__ unsigned long long s_queue_bars[kMoeWorkQueueDepth];
+    __shared__ int s_queue[kMoeWorkQueueDepth];
+    static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) + sizeof(s_queue_bars) + sizeof(s_queue) <=
+                      moe_wgmma_static_smem_bytes(ROWS),
+                  "the host sizes shared memory with moe_wgmma_static_smem_bytes");
     moe_wgmma_detail::persistent_tiles<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES, STAGED != 0, PINGPONG != 0,
                                        MULTICAST != 0>(
-        args, s_a, kt_begin, local_tiles, s_slot, s_arow, s_weight, bars);
+        args, s_a, kt_begin, local_tiles, s_slot, s_arow, s_weight, bars, s_queue, s_queue_bars);
   } else {
     moe_wgmma_detail::plain_tile<ROLE, DTYPE, ACT, QUANT, BLOCK_M, BLOCK_N, STAGES>(args, s_a, kt_begin, local_tiles,
                                                                                    s_slot, s_arow, s_weight);

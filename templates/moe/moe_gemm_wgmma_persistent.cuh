@@ -14,9 +14,10 @@ namespace moe_wgmma_detail {
 // Persistent, warp-specialized: warpgroup 0 produces (cp.async into the ring, each thread's
 // copies signalling the slot's `full` barrier as they land), the others consume (wait for `full`,
 // wgmma, release the slot through `empty` once the wgmma that read it is done). The CTA walks
-// work items blockIdx.x, + gridDim.x, ... of the grouped walk; the producer runs up to STAGES k
-// tiles ahead, across row tiles, so the next tile's loads overlap this tile's epilogue and no
-// tile starts with an empty pipeline.
+// work items blockIdx.x, + gridDim.x, ... of the grouped walk, or those it claims from the work
+// queue (MoeGemmArgs::work_counter); the producer runs up to STAGES k tiles ahead, across row
+// tiles, so the next tile's loads overlap this tile's epilogue and no tile starts with an empty
+// pipeline.
 // PINGPONG (64-row tiles): two consumer warpgroups ("groups") take the CTA's items in turn, each a
 // whole tile with row arrays of its own; a group starts its k loop once the other has issued the
 // last wgmma of the item before (turn barriers), so the k loops alternate and each group's epilogue
@@ -36,7 +37,8 @@ namespace moe_wgmma_detail {
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, bool STAGED, bool PINGPONG,
           bool MULTICAST>
 __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* s_a, int kt_begin, int local_tiles,
-                                        int* s_slot, int* s_arow, float* s_weight, unsigned long long* bars) {
+                                        int* s_slot, int* s_arow, float* s_weight, unsigned long long* bars,
+                                        int* s_queue, unsigned long long* s_queue_bars) {
   using T = Tile<ROLE, DTYPE, ACT, BLOCK_M, BLOCK_N, STAGES>;
   constexpr int GROUPS = PINGPONG ? 2 : 1;                      // consumer groups on different tiles
   constexpr int TILE_THREADS = T::CONSUMER_THREADS;             // consumer threads of one tile
@@ -96,6 +98,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     }
     if constexpr (PINGPONG)  // turn0 + 8 g: group g may start its next k loop (the other group's arrivals)
       for (int g = 0; g < 2; ++g) sm90::mbar_init(sm80::smem_addr(bars) + (2 * STAGES + g) * 8, TILE_THREADS);
+    for (int q = 0; q < kMoeWorkQueueDepth; ++q) sm90::mbar_init(sm80::smem_addr(s_queue_bars) + q * 8, 1);
     sm90::fence_mbar_init();
   }
   if constexpr (MULTICAST)
@@ -121,6 +124,44 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     w.multicast = MULTICAST && 2 * unit + 1 < row_tiles && args.tile_expert[2 * unit] == args.tile_expert[2 * unit + 1];
     return w;
   };
+  // Work items: the fixed stride (this CTA's items first, first + walkers, ...), or claimed from
+  // args.work_counter in walk order as the CTA gets through them. With the stride, a CTA whose
+  // tiles went faster (fewer rows, an idle warpgroup) runs ahead of the CTAs that share its
+  // expert's weight tiles in L2, and they read them from DRAM again; claimed items stay together.
+  // Thread 0 puts each item into the work queue (s_queue, entry n % depth for the n-th claim, its
+  // barrier's phase n / depth) one item ahead, having claimed it one item before that (so that the
+  // atomic's round trip does not hold up the loads); every other thread reads it from there. An
+  // entry is rewritten kMoeWorkQueueDepth claims later, when the producer has issued the loads of
+  // the items up to the one before, so the consumers have read it: they read item n + 1 before
+  // item n's first wgmma.
+  const bool claimed = !MULTICAST && !PINGPONG && args.work_counter != nullptr;
+  static_assert(STAGES + 2 <= kMoeWorkQueueDepth, "the work queue outlasts the ring");
+  const unsigned queue0 = sm80::smem_addr(s_queue_bars);
+  int claim = 0;  // thread 0: the claim for the entry after the next one to fill
+  auto queue_claim = [&](int n) {  // thread 0: fills entry n with the claim made before, claims the next
+    s_queue[n % kMoeWorkQueueDepth] = claim;
+    sm90::mbar_arrive(queue0 + (n % kMoeWorkQueueDepth) * 8);  // release: the entry is visible with the phase
+    claim = atomicAdd(args.work_counter, 1);
+  };
+  auto queued_item = [&](int n) {
+    sm90::mbar_wait(queue0 + (n % kMoeWorkQueueDepth) * 8, (n / kMoeWorkQueueDepth) & 1);
+    return static_cast<volatile int*>(s_queue)[n % kMoeWorkQueueDepth];
+  };
+  // The producer's walk: item 0, then each next one; thread 0 fills the next item's entry before the
+  // current item's loads (so no reader waits on an entry that only later loads would let it fill).
+  int produced = 0;  // claimed items read by this producer thread
+  auto first_item = [&]() {
+    if (!claimed) return first;
+    if (tid == 0) {
+      claim = atomicAdd(args.work_counter, 1);
+      queue_claim(0);
+    }
+    return queued_item(produced++);
+  };
+  auto begin_item = [&]() {
+    if (claimed && tid == 0) queue_claim(produced);
+  };
+  auto next_item = [&](int item) { return claimed ? queued_item(produced++) : item + walkers; };
   if (tid < PRODUCERS) {  // producer warpgroup(s)
     if constexpr (MOVE_REGS) sm90::setmaxnreg_dec<PRODUCER_REGS>();
     // Weight box g of k tile kt: the BLOCK_N weight rows of columns n0.. in set g (stacked: from n0
@@ -152,7 +193,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       static_assert(DQ::RAW_STAGES * RAW_SLOT == moe_wgmma_raw_bytes(QUANT, T::B_ROWS), "the host sizes the raw ring");
       DQ dq;
       ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, PRODUCERS, true> loader;  // A rows (not pregathered)
-      for (int item = first; item < items; item += walkers) {
+      for (int item = first_item(); item < items; item = next_item(item)) {
+        begin_item();
         const Work w = locate(item);
         dq.init(args, w.n0, w.expert, tid);
         if (!a_tma) loader.init(args, w.tile * BLOCK_M, w.n0, w.expert, tid, w.rows_valid);
@@ -204,7 +246,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     } else if (a_tma) {
       // Every copy is one bulk tensor copy: thread 0 produces alone.
       if (tid == 0)
-        for (int item = first; item < items; item += walkers) {
+        for (int item = first_item(); item < items; item = next_item(item)) {
+          begin_item();
           const Work w = locate(item);
           for (int i = 0; i < local_tiles; ++i, ++it) {
             const int slot = it % STAGES;
@@ -216,7 +259,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         }
     } else {
       ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, 128, true> loader;  // A rows only
-      for (int item = first; item < items; item += walkers) {
+      for (int item = first_item(); item < items; item = next_item(item)) {
+        begin_item();
         const Work w = locate(item);
         loader.init(args, w.tile * BLOCK_M, w.n0, w.expert, tid, w.rows_valid);
         for (int i = 0; i < local_tiles; ++i, ++it) {
@@ -283,10 +327,13 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     constexpr int BIAS_LOADS = (T::B_ROWS + TILE_THREADS - 1) / TILE_THREADS;
     float* s_bias = s_col_scale;
     const int stride = GROUPS * walkers;
+    int consumed = 0;  // claimed items read (the work queue)
+    int item = claimed ? queued_item(consumed++) : first + group * walkers;
     int expert_next = 0;
-    int slot_next = fetch_slot(first + group * walkers, expert_next);
+    int slot_next = fetch_slot(item, expert_next);
     float weight_next = fetch_weight(slot_next);
-    for (int item = first + group * walkers, turn = 0; item < items; item += stride, ++turn) {
+    for (int turn = 0; item < items; ++turn) {
+      const int item_after = claimed ? queued_item(consumed++) : item + stride;
       const Work w = locate(item);
       const int n0 = w.n0, expert = expert_next, row0 = w.tile * BLOCK_M;
       sm90::named_barrier(1 + group, TILE_THREADS);  // the previous tile's epilogue is done with the row arrays
@@ -298,7 +345,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       if constexpr (EPILOGUE_SCALED)
         column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, gtid, TILE_THREADS, s_col_scale);
       sm90::named_barrier(1 + group, TILE_THREADS);
-      slot_next = fetch_slot(item + stride, expert_next);
+      slot_next = fetch_slot(item_after, expert_next);
       float bias_part[BIAS_LOADS];
       if constexpr (BIAS_STAGED) {
         // Only the loaded values live across the k loop (the pointer is found again after it): a
@@ -318,33 +365,52 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       if constexpr (PINGPONG)
         if (group == 1 || turn > 0) sm90::mbar_wait(turn0 + group * 8, (group == 1 ? turn : turn - 1) & 1);
       int held = -1;  // the slot whose wgmma may still run
-      for (int i = 0; i < local_tiles; ++i, ++it) {
-        const int slot = it % STAGES;
-        float a_sc[2], b_sc[T::G];
-        if constexpr (BLOCK_SCALED)  // fetched before the wait: their latency overlaps it
-          block_scales<ACT, T::G>(args, s_arow, wg * 64 + (cwarp % 4) * 16 + (lane >> 2), n0, expert, kt_begin + i,
-                                  a_sc, b_sc);
-        sm90::mbar_wait(full0 + slot * 8, (it / STAGES) & 1);
-        sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
-        sm90::fence();
-        const unsigned long long desc_a = sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes);
-        const unsigned long long desc_b = sm90::sw128_desc(smem_b + slot * T::B_STAGE);
-        if constexpr (BLOCK_SCALED) {
-          // The sums of each k tile are scaled before they join d: wait for this one, free its slot,
-          // promote. The other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile.
-          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(part, desc_a, desc_b, 0);
-          sm90::commit();
-          sm90::wait<0>();
+      // Claimed items: warpgroup 1 of a 128-row tile whose rows 64.. are all padding (an expert's
+      // last tile often ends in its first 64 rows; padding rows are a tile's last) only frees the
+      // ring's slots, so that warpgroup 0's wgmmas have the tensor cores alone and the tile ends
+      // sooner. Not with the fixed stride: there the CTAs with such tiles ran ahead of those
+      // sharing their weight tiles in L2 (ncu, H200, Mixtral-8x7B M = 2048 GEMM1: 3.16 -> 5.78 GB
+      // from DRAM, 1.48 -> 1.70 ms). The test is a warp vote and both loops count k tiles from
+      // it0, advancing `it` after them: a ring position that depended on the branch is no longer
+      // provably warp-uniform, and ptxas then builds every wgmma descriptor through R2UR.
+      const bool idle = __all_sync(0xffffffffu, claimed && BLOCK_M == 128 && wg == 1 && s_slot[64] < 0);
+      const int it0 = it;
+      if (idle)
+        for (int i = 0; i < local_tiles; ++i) {
+          const int slot = (it0 + i) % STAGES;
+          sm90::mbar_wait(full0 + slot * 8, ((it0 + i) / STAGES) & 1);
           release(slot);
-          promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
-        } else {
-          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, desc_b);
-          sm90::commit();
-          sm90::wait<1>();
-          if (held >= 0) release(held);
-          held = slot;
         }
-      }
+      else
+        for (int i = 0; i < local_tiles; ++i) {
+          const int k = it0 + i;
+          const int slot = k % STAGES;
+          float a_sc[2], b_sc[T::G];
+          if constexpr (BLOCK_SCALED)  // fetched before the wait: their latency overlaps it
+            block_scales<ACT, T::G>(args, s_arow, wg * 64 + (cwarp % 4) * 16 + (lane >> 2), n0, expert, kt_begin + i,
+                                    a_sc, b_sc);
+          sm90::mbar_wait(full0 + slot * 8, (k / STAGES) & 1);
+          sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
+          sm90::fence();
+          const unsigned long long desc_a = sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes);
+          const unsigned long long desc_b = sm90::sw128_desc(smem_b + slot * T::B_STAGE);
+          if constexpr (BLOCK_SCALED) {
+            // The sums of each k tile are scaled before they join d: wait for this one, free its slot,
+            // promote. The other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile.
+            mma_k_tile<DTYPE, QUANT, T::B_ROWS>(part, desc_a, desc_b, 0);
+            sm90::commit();
+            sm90::wait<0>();
+            release(slot);
+            promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
+          } else {
+            mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, desc_b);
+            sm90::commit();
+            sm90::wait<1>();
+            if (held >= 0) release(held);
+            held = slot;
+          }
+        }
+      it = it0 + local_tiles;
       // Ping-pong: every wgmma of this item is issued and every `full` wait of its k tiles passed:
       // the other group's k loop may start (its first tile's fill is then at most one phase ahead).
       if constexpr (PINGPONG) sm90::mbar_arrive(turn0 + (1 - group) * 8);
@@ -386,6 +452,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
             args, acc, wg * 64 + (cwarp % 4) * 16, 0, lane, n0, expert, bias != nullptr, s_bias, s_slot, s_arow, s_weight,
             s_col_scale, moe_store::DirectSink<ROLE, DTYPE>{args, row0});
       }
+      item = item_after;
     }
     if constexpr (STAGED)
       if (lane < 16) sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory

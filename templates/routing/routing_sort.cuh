@@ -154,6 +154,8 @@ __device__ inline void write_offsets_and_tiles(const RoutingSortArgs& a, const i
       a.totals[0] = routed;
       a.totals[1] = total_tiles * a.block_m;
       a.totals[2] = total_tiles;
+      // The persistent GEMMs' work queue counters start from zero in every forward.
+      for (int c = 0; c < kRoutingWorkCounters; ++c) a.totals[3 + c] = 0;
     }
   }
   __syncthreads();

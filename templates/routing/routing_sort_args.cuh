@@ -6,6 +6,12 @@
 
 namespace moejit {
 
+// RoutingSortArgs::totals: routed rows, padded rows, tiles, then one work queue counter per grouped
+// GEMM of the layer (the persistent wgmma kernels hand out their work items through them: GEMM1,
+// GEMM2), zeroed by the routing so that every forward's GEMMs start from item 0.
+constexpr int kRoutingWorkCounters = 2;
+constexpr int kRoutingTotals = 3 + kRoutingWorkCounters;
+
 // Bits of RoutingSortArgs::error_flags.
 enum RoutingErrorFlags : int {
   kRoutingBadExpertId = 1,   // a topk id outside [0, num_experts): treated as dropped
@@ -28,7 +34,8 @@ struct RoutingSortArgs {
   int* scatter_index;      // [M * TOPK] token * TOPK + slot -> padded row; -1 when dropped
   int* tile_expert;        // [max_tiles] local expert of tile t (rows [t*block_m, (t+1)*block_m))
   int* tile_rows;          // [max_tiles] valid (non-padding) rows of tile t
-  int* totals;             // [3]: routed rows, padded rows, tiles
+  int* totals;             // [kRoutingTotals]: routed rows, padded rows, tiles, then the GEMMs' work
+                           // queue counters (kRoutingWorkCounters; zeroed with the totals)
   int* cta_flags;          // [num_ctas] workspace: each count CTA's RoutingErrorFlags
   int* error_flags;        // [1] RoutingErrorFlags of the run (the scan ORs cta_flags into it)
 };

@@ -262,6 +262,33 @@ TEST_CASE("gpu moe: weight-only formats dequantized on the wgmma kernel equal th
   MESSAGE(fmt::format("{} dequantizing wgmma forwards checked against the fp64 reference", checked));
 }
 
+// The persistent wgmma kernels' two walks, each where the default does not pick it: 16-bit layers
+// claiming their items from the work queue (with tail tiles' idle warpgroup), quantized layers
+// walking the fixed stride (MOEJIT_WORK_QUEUE=1 / 0; the default runs the other way round in the
+// test cases above).
+TEST_CASE("gpu moe: the persistent wgmma kernels' work queue and fixed stride both equal the fp64 reference") {
+  for (const int queue : {1, 0}) {
+    Options options = test_options("");
+    options.work_queue = queue;
+    Runtime rt(options);
+    if (!wgmma_gpu_or_skip(rt, "gpu moe work queue")) return;
+    // Persistent cases whose default is the other walk: 16-bit weights for the queue, quantized
+    // ones for the stride.
+    std::vector<MoeKernelCase> cases;
+    const auto pick = [&](const MoeKernelCase& c) {
+      return (c.config.gemm1.persistent || c.config.gemm2.persistent) && !own_case(c) &&
+             (c.spec.quant == kQuantNone) == (queue == 1);
+    };
+    for (auto* list : {moe_wgmma_cases, moe_wgmma_dequant_cases, moe_rows16_cases})
+      for (auto& c : list())
+        if (pick(c)) cases.push_back(c);
+    REQUIRE(cases.size() >= 4);
+    const int checked = check_kernel_cases(rt, cases, 2900 + queue, "wgmma");
+    MESSAGE(fmt::format("{} forwards with {} checked against the fp64 reference", checked,
+                        queue ? "claimed items" : "the fixed stride"));
+  }
+}
+
 // Large batches in the fast mode: GEMM2 stores each routed slot's row in DTYPE and reduce16 sums a
 // token's rows (moe_gemm2_stores_rows16), on every kernel family that can run GEMM2.
 TEST_CASE("gpu moe: GEMM2's DTYPE rows and their top-k sum equal the fp64 reference") {
