@@ -60,6 +60,15 @@ TEST_CASE("options parse the environment and reject malformed values by name") {
   CHECK_THROWS_AS(Options::from_env(), Error);
   ::unsetenv("MOEJIT_LOG");
   ::unsetenv("MOEJIT_CACHE_DIR");
+  // The work queue: unset = the layer decides (-1), else forced on / off; not a boolean = error.
+  CHECK(Options::from_env().work_queue == -1);
+  ::setenv("MOEJIT_WORK_QUEUE", "0", 1);
+  CHECK(Options::from_env().work_queue == 0);
+  ::setenv("MOEJIT_WORK_QUEUE", "1", 1);
+  CHECK(Options::from_env().work_queue == 1);
+  ::setenv("MOEJIT_WORK_QUEUE", "sometimes", 1);
+  CHECK_THROWS_AS(Options::from_env(), Error);
+  ::unsetenv("MOEJIT_WORK_QUEUE");
 }
 
 TEST_CASE("errors carry their structured fields") {
