@@ -213,8 +213,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_gemm_static_smem_bytes(int block_m) { retur
 // The persistent wgmma kernel's work queue (MoeGemmArgs::work_counter): the claimed items' ring and
 // a barrier per entry. Deeper than the k-tile ring plus two, so that an entry is rewritten only
 // after every reader has it (moe_gemm_wgmma_persistent.cuh).
-constexpr int kMoeWorkQueueDepth = 8;
-constexpr int kMoeWorkQueueBytes = kMoeWorkQueueDepth * (8 + 4);
+enum : int { kMoeWorkQueueDepth = 8, kMoeWorkQueueBytes = kMoeWorkQueueDepth * (8 + 4) };
 // The wgmma kernel's: the same arrays and the work queue, rounded up to 1024 bytes as the compiler
 // places them before the 1024-byte-aligned dynamic ring (a 64-row tile's 784 bytes take 1024: the
 // driver refused a 231520-byte ring that the unrounded sum let through).

@@ -8,9 +8,10 @@ namespace moejit {
 
 // RoutingSortArgs::totals: routed rows, padded rows, tiles, then one work queue counter per grouped
 // GEMM of the layer (the persistent wgmma kernels hand out their work items through them: GEMM1,
-// GEMM2), zeroed by the routing so that every forward's GEMMs start from item 0.
-constexpr int kRoutingWorkCounters = 2;
-constexpr int kRoutingTotals = 3 + kRoutingWorkCounters;
+// GEMM2), zeroed by the routing so that every forward's GEMMs start from item 0. Enumerators, not
+// constexpr variables: NVRTC emits those as globals named per compile, and the kernel's cubin then
+// differs from one build to the next (the cache's damaged-entry test rebuilds it byte for byte).
+enum : int { kRoutingWorkCounters = 2, kRoutingTotals = 3 + kRoutingWorkCounters };
 
 // Bits of RoutingSortArgs::error_flags.
 enum RoutingErrorFlags : int {
