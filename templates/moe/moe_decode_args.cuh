@@ -53,7 +53,7 @@ struct MoeDecodeArgs {
 // fp8_block: each CTA quantizes its activations into shared memory (e4m3 values as f16 + one fp32
 // scale per token per 128 columns, as moe_act_quant does): gemv1 the tokens' x rows, gemv2 their
 // TOPK intermediate rows. Dynamic shared memory of each (0 for 16-bit weights), and the cap on it.
-constexpr long long kMoeDecodeMaxSmemBytes = 96 * 1024;
+inline constexpr long long kMoeDecodeMaxSmemBytes = 96 * 1024;
 MOEJIT_HOST_DEVICE constexpr long long moe_decode_quant_smem(int quant, long long rows, long long cols) {
   return quant == kQuantFp8Block ? rows * cols * 2 + rows * ((cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize) * 4 : 0;
 }

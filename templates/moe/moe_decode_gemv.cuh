@@ -31,11 +31,11 @@
 namespace moejit {
 namespace moe_decode_detail {
 
-constexpr int kThreads = kMoeDecodeThreads;
-constexpr int kWarps = kThreads / 32;
+inline constexpr int kThreads = kMoeDecodeThreads;
+inline constexpr int kWarps = kThreads / 32;
 // 16-byte loads per thread in flight per chunk: R weight chunks per (item, step) and X activation
 // chunks per step (a batch's items share their token: batches never straddle one), at most kChunks.
-constexpr int kChunks = 12;
+inline constexpr int kChunks = 12;
 
 // How one kernel walks its items: VEC 16-byte chunks per item and row, STEPS per thread, G items
 // per batch, CH steps per chunk (R weight rows per item: 2 for gated GEMM1; X activation chunks
@@ -89,7 +89,7 @@ __device__ inline float dot8(uint4 a, uint4 b, float acc) {
 // product stays below the f16 maximum (448 * 1.75); two products add in f16, then fp32 sums. (A
 // version converting both operands to fp32 ran DeepSeek-V3 TP8 at ~23 us per token on an H200, the
 // quarter-rate conversions bound.)
-constexpr float kFp8ProductScale = 256.f;  // undoes the activations' 2^-8
+inline constexpr float kFp8ProductScale = 256.f;  // undoes the activations' 2^-8
 
 __device__ inline unsigned hmul2(unsigned a, unsigned b) {
   unsigned d;

@@ -221,7 +221,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_static_smem_bytes(int rows_held) {
   return (moe_gemm_static_smem_bytes(rows_held) + kMoeWorkQueueBytes + 1023) / 1024 * 1024;
 }
 // Shared memory one CTA may use on sm_90 / sm_100 after opting in (sm_80: 163 KiB, no wgmma).
-constexpr int kMoeWgmmaMaxSharedBytes = 227 * 1024;
+inline constexpr int kMoeWgmmaMaxSharedBytes = 227 * 1024;
 // The persistent variant's staged epilogue (STAGED) keeps a finished tile in shared memory of its
 // own (the ring is busy with the next tiles' loads) and writes each row with one bulk copy, as the
 // plain variant does from its idle ring: [BLOCK_M][BLOCK_N + 8] of the output type (DTYPE rows of

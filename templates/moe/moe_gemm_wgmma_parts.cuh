@@ -12,7 +12,7 @@
 namespace moejit {
 namespace moe_wgmma_detail {
 
-constexpr int kRowBytes = 128;  // a k tile row: 64 16-bit elements, the 128-byte swizzle's width
+inline constexpr int kRowBytes = 128;  // a k tile row: 64 16-bit elements, the 128-byte swizzle's width
 
 // Work item -> (row tile, first output column) of the grouped walk (moe_tile_walk.cuh), walk_rows
 // row tiles per column sweep (0: the default).

@@ -15,8 +15,8 @@ namespace moejit {
 // tile do not all find it in L2. One lead: with a group that divides the grid (132 SMs: 4, 12, 33)
 // a CTA keeps its row of the group and its partners for the whole walk; with 8 they change every
 // wave.
-constexpr int kMoeWalkGroupRows = 8;
-constexpr int kMoeMaxWalkGroupRows = 256;
+inline constexpr int kMoeWalkGroupRows = 8;
+inline constexpr int kMoeMaxWalkGroupRows = 256;
 
 struct MoeWalkItem {
   int tile;      // row tile of the tile map

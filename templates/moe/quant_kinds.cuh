@@ -31,9 +31,9 @@ enum MoeQuant : int {
   kQuantFp8Tensor = 6,
 };
 
-constexpr int kQuantFp8BlockSize = 128;  // the 128x128 weight blocks / 128-wide activation groups
-constexpr int kMxfp4GroupSize = 32;
-constexpr float kFp8E4m3Max = 448.f;
+inline constexpr int kQuantFp8BlockSize = 128;  // the 128x128 weight blocks / 128-wide activation groups
+inline constexpr int kMxfp4GroupSize = 32;
+inline constexpr float kFp8E4m3Max = 448.f;
 
 MOEJIT_HOST_DEVICE constexpr bool quant_is_fp8(int q) { return q >= kQuantFp8Block && q <= kQuantFp8Tensor; }
 // B is dequantized to DTYPE in shared memory before the DTYPE mma.

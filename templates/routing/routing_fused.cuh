@@ -17,7 +17,7 @@
 namespace moejit {
 namespace routing_fused_detail {
 
-constexpr int kThreads = kRoutingFusedThreads;
+inline constexpr int kThreads = kRoutingFusedThreads;
 
 // The first half of both kernels: top-k of CTA `cta`'s tokens, their keys (local experts; -1 for
 // the masked tail and dropped experts) in keys[PADDED], then each key's stable rank inside its

@@ -85,6 +85,38 @@ TEST_CASE("a damaged entry is a miss and is rebuilt") {
   }
 }
 
+// A cubin rebuilt from the same spec is the same bytes, in every family: NVRTC names a header's
+// namespace-scope constexpr variable per compile unless it is inline (or an enumerator), which made
+// the moe kernels' PTX and cubins differ between builds.
+TEST_CASE("every kernel family builds the same cubin twice") {
+  const std::map<std::string, std::map<std::string, std::string>> params = {
+      {"routing_topk", {{"num_experts", "64"}, {"top_k", "6"}}},
+      {"routing_fused", {{"num_experts", "64"}, {"top_k", "6"}}},
+      {"routing_sort", {{"top_k", "6"}}},
+      {"moe_reduce", {{"top_k", "6"}}},
+      {"moe_decode_gemv", {{"hidden", "1024"}, {"intermediate", "512"}, {"num_experts", "64"}, {"top_k", "6"}}},
+  };
+  std::vector<KernelSpec> specs;
+  for (const auto& f : families()) {
+    const auto p = params.find(f.name);
+    specs.push_back(make_spec(f.name, "sm_90a", p == params.end() ? std::map<std::string, std::string>{} : p->second));
+  }
+  REQUIRE(specs.size() >= 11);  // every family
+  specs.push_back(make_spec("moe_gemm_wgmma", "sm_90a",
+                            {{"role", "gemm1"}, {"activation", "swigluoai"}, {"quant", "mxfp4"}, {"block_m", "128"},
+                             {"block_n", "64"}, {"stages", "4"}, {"persistent", "1"}}));
+  std::vector<std::string> first;
+  {
+    Runtime rt(test::test_options(""));
+    for (const auto& s : specs) first.push_back(rt.compile(s)->entry->cubin);
+  }
+  Runtime rt(test::test_options(""));
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    INFO(specs[i].family);
+    CHECK(rt.compile(specs[i])->entry->cubin == first[i]);
+  }
+}
+
 TEST_CASE("an unwritable cache location degrades to memory") {
   test::ScratchDir dir("unwritable");
   // A regular file where a directory must go: unwritable even for root (chmod is not).
