@@ -146,7 +146,7 @@ __device__ inline void quantize_rows(const unsigned short* in, long long ld, int
     for (int u = 0; u < kBatch; ++u) {
       const int item = first + u * kWarps, row = item / groups, c = (item % groups) * kGroup + lane * 4;
       if (item >= rows * groups) break;  // uniform across the warp
-      const float scale = act_quant::warp_group_scale(
+      const float scale = act_quant::group_scale<32>(
           fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])), fmaxf(fabsf(v[u][2]), fabsf(v[u][3]))));
       if (lane == 0) s[row * groups + item % groups] = scale * kFp8ProductScale;
       if (c < cols) {

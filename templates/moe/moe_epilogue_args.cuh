@@ -54,7 +54,7 @@ struct MoeActQuantArgs {
   float* scale;               // [rows, ld_scale] fp32: per 128 columns (group mode) or per row
   long long ld_scale;
   const float* static_scale;  // kActQuantStatic: the tensor's scale (device); else unused
-  int cols;                   // a multiple of 4
+  int cols;                   // a multiple of 16 (fp8 layers' K and N); rows 16-byte aligned
   int num_rows;               // host bound on rows (grid size)
   const int* totals;          // non-null: rows = totals[1] (padded rows of the routing)
   const int* gather_index;    // non-null: rows with -1 (padding) are skipped

@@ -55,5 +55,8 @@ enum MoeActQuantMode : int {
   kActQuantRow = 1,       // per row: amax / 448
   kActQuantStatic = 2,    // one given scale for the tensor
 };
+// moe_act_quant's work per warp and step: per-group scales, 128-column groups (a half-warp each, 8
+// columns a lane, two groups a half-warp, so each warp has 1 KiB of loads in flight); else rows.
+enum : int { kActQuantGroupsPerWarp = 4 };
 
 }  // namespace moejit
