@@ -61,14 +61,23 @@ std::string MoeTileConfig::describe() const {
     const std::string split = t.split_k ? fmt::format(" k/{}", t.split_k) : std::string();
     if (t.swap_ab) return fmt::format("swapab w{}x{} s{}{}", t.warps_n, t.warps_k, t.stages, split);
     if (t.wgmma)
-      return fmt::format("wgmma bn{} s{}{}{}{}{}{}{}{}", t.block_n, t.stages, t.persistent ? " ws" : "",
+      return fmt::format("wgmma bn{} s{}{}{}{}{}{}{}{}{}", t.block_n, t.stages, t.persistent ? " ws" : "",
                          t.staged ? " st" : "", t.pingpong ? " pp" : "", t.multicast ? " mc" : "",
                          t.pregather ? " pg" : "", split,
-                         t.walk_rows ? fmt::format(" walk{}", t.walk_rows) : std::string());
+                         t.walk_rows ? fmt::format(" walk{}", t.walk_rows) : std::string(),
+                         t.work_queue == 1 ? " wq" : t.work_queue == 0 ? " nowq" : "");
     return fmt::format("bn{} bk{} w{}x{} s{}{}", t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages, split);
   };
   const char* sum = topk_sum == TopkSum::Rows ? " sum=rows" : topk_sum == TopkSum::Atomic ? " sum=atomic" : "";
   return fmt::format("bm{} gemm1[{}] gemm2[{}]{}", block_m, tile(gemm1), tile(gemm2), sum);
+}
+
+bool work_queue_by_default(const MoeSpec& spec, int block_m) { return spec.quant != kQuantNone && block_m >= 128; }
+
+bool claims_work_items(const MoeSpec& spec, int block_m, const GemmTile& tile, bool clusters, int splits, int option) {
+  if (!tile.persistent || !tile.wgmma || clusters || tile.pingpong || splits != 1) return false;
+  if (option >= 0) return option == 1;
+  return tile.work_queue >= 0 ? tile.work_queue == 1 : work_queue_by_default(spec, block_m);
 }
 
 GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k) {

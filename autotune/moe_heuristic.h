@@ -52,6 +52,12 @@ struct GemmTile {
   // GEMM2's A) instead of issuing ~1000 16-byte cp.async per k tile ("pg"). A launch argument
   // (MoeGemmArgs::a_pregathered): the same compiled kernel either way.
   bool pregather = false;
+  // work_queue (persistent wgmma tiles without clusters, ping-pong groups or k splits): 1 = the CTAs
+  // claim their work items in walk order from a counter the routing zeroed (tail tiles of 128 rows
+  // then leave a warpgroup idle), 0 = each CTA walks a fixed stride, -1 = the layer's rule
+  // (work_queue_by_default). A launch argument: the same compiled kernel either way ("wq" / "nowq").
+  // MOEJIT_WORK_QUEUE (Options::work_queue) overrides it.
+  int work_queue = -1;
   bool operator==(const GemmTile&) const = default;
 };
 
@@ -82,6 +88,17 @@ struct MoeTileConfig {
 MoeTileConfig decode_gemv_config();
 bool decode_gemv_supported(const MoeSpec& spec, const std::string& arch = "");
 int decode_gemv_max_tokens(const MoeSpec& spec);
+
+// The rule for GemmTile::work_queue = -1: quantized layers' 128-row tiles claim their items (same-run
+// A/Bs, H200, M = 2048 .. 8192: MXFP4 gpt-oss-120b -3..-6%, fp8_block DeepSeek-V3 TP8 -2.5..-4.4%,
+// int4 Qwen3 -1..-2.4%); 64-row tiles were 0.6-0.8% slower with the queue, and 16-bit layers move
+// both ways (H100, M = 1024 / 2048: gpt-oss-120b and DeepSeek-V3 TP8 -1.2..-1.7%, Mixtral-8x7B
+// +13..+30%): their buckets take it from the tuned DB.
+bool work_queue_by_default(const MoeSpec& spec, int block_m);
+// Whether a GEMM of this tile claims its items from the work queue: the kernel can (persistent
+// wgmma, no clusters, no ping-pong, one k split), then option (Options::work_queue: -1 unset, 0 / 1
+// forced), then the tile's work_queue, then the rule.
+bool claims_work_items(const MoeSpec& spec, int block_m, const GemmTile& tile, bool clusters, int splits, int option);
 
 // Bounds of block_m over every config: the routing workspace is sized for them.
 constexpr int kMoeMinBlockM = 8;

@@ -51,6 +51,7 @@ nlohmann::json tile_to_json(const GemmTile& t) {
   if (t.pingpong) j["pingpong"] = true;            // absent = false
   if (t.multicast) j["multicast"] = true;          // absent = false
   if (t.pregather) j["pregather"] = true;          // absent = false
+  if (t.work_queue >= 0) j["work_queue"] = t.work_queue == 1;  // absent = -1 (the layer's rule)
   return j;
 }
 GemmTile tile_kind_from_json(const nlohmann::json& j) {
@@ -77,6 +78,7 @@ GemmTile tile_from_json(const nlohmann::json& j) {
   t.pingpong = j.value("pingpong", false);
   t.multicast = j.value("multicast", false);
   t.pregather = j.value("pregather", false);
+  t.work_queue = j.contains("work_queue") ? (j.at("work_queue").get<bool>() ? 1 : 0) : -1;
   return t;
 }
 }  // namespace

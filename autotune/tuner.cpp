@@ -299,6 +299,17 @@ std::vector<TuneResult> MoeTuner::run() {
       c.gemm1.multicast = true;
       if (config_fits(spec_, c, limits)) try_all({c}, "gemm1 multicast");
     }
+    // The work queue against the fixed stride (GemmTile::work_queue), per GEMM, the other way than the
+    // layer's rule: a launch argument, so these time without compiling. H100, same run, 16-bit
+    // layers: gpt-oss-120b / DeepSeek-V3 TP8 M = 1024 / 2048 -1.2..-1.7% with the queue,
+    // Mixtral-8x7B +13..+30%, DeepSeek-V3 TP8 M = 8192 +10%.
+    for (bool gemm1 : {true, false}) {
+      const GemmTile& t = gemm1 ? best.gemm1 : best.gemm2;
+      if (!t.persistent || t.multicast || t.pingpong || t.split_k > 1) continue;
+      MoeTileConfig c = best;
+      (gemm1 ? c.gemm1 : c.gemm2).work_queue = work_queue_by_default(spec_, best.block_m) ? 0 : 1;
+      try_all({c}, gemm1 ? "gemm1 work queue" : "gemm2 work queue");
+    }
     // The wgmma kernels' grouped walk (rows per column sweep), per GEMM, where the batch gives the
     // experts whole row tiles: a launch argument, so these time without compiling.
     if (walk_choice && rows_per_expert >= best.block_m)

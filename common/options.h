@@ -25,8 +25,9 @@ struct Options {
   bool tune_on_first_use = false;                    // MOEJIT_TUNE=1
   bool use_tuned_dbs = true;                         // MOEJIT_TUNED_DBS=0: the heuristic's configs only
   // MOEJIT_WORK_QUEUE=1 / 0: the persistent wgmma GEMMs always / never claim their items from a
-  // work queue (MoeGemmArgs::work_counter); unset (-1): those of layers with quantized weights and
-  // 128-row tiles do, the others walk the fixed stride (docs/performance.md, twentieth session).
+  // work queue (MoeGemmArgs::work_counter); unset (-1): as the tile config says (GemmTile::work_queue,
+  // from a tuned DB), else those of layers with quantized weights and 128-row tiles do and the others
+  // walk the fixed stride (work_queue_by_default; docs/performance.md, twentieth session).
   int work_queue = -1;
   // MOEJIT_TUNED_DB: the user's tuned-config DB (read, and written by tuning); default
   // <cache_dir>/tuned/<device>.json. Every *.json in <cache_dir>/tuned/ is read too.

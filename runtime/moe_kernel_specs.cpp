@@ -127,6 +127,13 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
                    "moe: tile config {}: pregather copies X's rows in 16-byte chunks; K = {} of {}-byte activations "
                    "is not a multiple of 16 bytes",
                    c.describe(), spec.hidden, quant_activation_bytes(spec.quant));
+    MOEJIT_REQUIRE(t.work_queue >= -1 && t.work_queue <= 1,
+                   "moe: tile config {}: {} work_queue = {} must be -1 (the rule), 0 or 1", c.describe(), role,
+                   t.work_queue);
+    MOEJIT_REQUIRE(t.work_queue < 0 || (t.persistent && !t.multicast && !t.pingpong && t.split_k <= 1),
+                   "moe: tile config {}: only a persistent wgmma tile without multicast, ping-pong groups or k splits "
+                   "chooses its walk (work_queue)",
+                   c.describe());
     MOEJIT_REQUIRE(t.walk_rows == 0 || t.wgmma,
                    "moe: tile config {}: only wgmma tiles walk their tiles in groups (walk_rows = {} on {})", c.describe(),
                    t.walk_rows, role);

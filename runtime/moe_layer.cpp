@@ -518,17 +518,11 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.alpha = spec_.swiglu_alpha;
   g.limit = spec_.swiglu_limit;
   g.walk_rows = config.gemm1.walk_rows;
-  // The persistent wgmma kernels of quantized layers with 128-row tiles claim their items from a
-  // counter the routing zeroed (in walk order), and tail tiles then leave one warpgroup idle:
-  // same-run A/Bs, H200, M = 2048 .. 8192, MXFP4 gpt-oss-120b -3..-6%, fp8_block DeepSeek-V3 TP8
-  // -2.5..-4.4%, int4 Qwen3 -1..-2.4%. 64-row tiles (no idle warpgroup) were 0.6-0.8% slower with
-  // the queue, 16-bit layers moved both ways (Mixtral-8x7B +2..+5%): they keep the fixed stride, as
-  // do multicast pairs, ping-pong groups and k splits. MOEJIT_WORK_QUEUE=1 / 0 forces it either way.
+  // Persistent wgmma GEMMs may claim their items from a counter the routing zeroed, in walk order
+  // (claims_work_items: MOEJIT_WORK_QUEUE, the tile's work_queue, else the rule).
   static_assert(kRoutingWorkCounters == 2, "a work queue counter per GEMM");
-  const int queue_option = runtime_.options().work_queue;
-  const bool queue = queue_option >= 0 ? queue_option == 1 : spec_.quant != kQuantNone && bm >= 128;
   auto work_counter = [&](const GemmTile& t, bool persistent, bool clusters, int splits, int which) -> int* {
-    const bool claims = queue && persistent && t.wgmma && !clusters && !t.pingpong && splits == 1;
+    const bool claims = persistent && claims_work_items(spec_, bm, t, clusters, splits, runtime_.options().work_queue);
     return claims ? sort.totals + 3 + which : nullptr;
   };
   g.work_counter = work_counter(config.gemm1, k.gemm1_persistent, k.gemm1_clusters > 0, splits1, 0);

@@ -1,0 +1,91 @@
+// GemmTile::work_queue, the tuned per-GEMM choice between the persistent wgmma kernels' two walks
+// (items claimed from a counter, or a fixed stride): which one a GEMM takes, the DB round trip, the
+// description, and the tiles that refuse it. No GPU needed.
+#include <doctest/doctest.h>
+
+#include "autotune/tuned_db.h"
+#include "common/error.h"
+#include "runtime/moe_layer.h"
+
+using namespace moejit;
+
+namespace {
+MoeSpec layer(MoeQuant quant) {
+  MoeSpec s;
+  s.num_experts = 128;
+  s.top_k = 8;
+  s.hidden = 2048;
+  s.intermediate = 768;
+  s.quant = quant;
+  return s;
+}
+
+MoeTileConfig persistent(int block_m) {
+  MoeTileConfig c;
+  c.block_m = block_m;
+  c.gemm1 = wgmma_tile(64, 6, 0, true);
+  c.gemm2 = wgmma_tile(128, 3, 0, true, true);
+  return c;
+}
+}  // namespace
+
+TEST_CASE("work queue: the option, then the tile's choice, then the rule; only where the kernel can claim") {
+  const MoeSpec bf16 = layer(kQuantNone), fp8 = layer(kQuantFp8Block);
+  const GemmTile t = persistent(128).gemm1;
+  // The rule: quantized layers' 128-row tiles claim, 16-bit layers and 64-row tiles walk the stride.
+  CHECK(claims_work_items(fp8, 128, t, false, 1, -1));
+  CHECK_FALSE(claims_work_items(fp8, 64, t, false, 1, -1));
+  CHECK_FALSE(claims_work_items(bf16, 128, t, false, 1, -1));
+  // The tile's choice overrides the rule both ways.
+  GemmTile on = t, off = t;
+  on.work_queue = 1;
+  off.work_queue = 0;
+  CHECK(claims_work_items(bf16, 128, on, false, 1, -1));
+  CHECK(claims_work_items(bf16, 64, on, false, 1, -1));
+  CHECK_FALSE(claims_work_items(fp8, 128, off, false, 1, -1));
+  // MOEJIT_WORK_QUEUE (Options::work_queue) overrides the tile.
+  CHECK_FALSE(claims_work_items(bf16, 128, on, false, 1, 0));
+  CHECK(claims_work_items(fp8, 128, off, false, 1, 1));
+  // Never where the kernel cannot claim: clusters, ping-pong groups, k splits, other kernels.
+  CHECK_FALSE(claims_work_items(bf16, 128, on, true, 1, 1));
+  CHECK_FALSE(claims_work_items(bf16, 128, on, false, 2, 1));
+  GemmTile pp = on;
+  pp.pingpong = true;
+  CHECK_FALSE(claims_work_items(bf16, 64, pp, false, 1, 1));
+  GemmTile plain = on;
+  plain.persistent = false;
+  CHECK_FALSE(claims_work_items(fp8, 128, plain, false, 1, 1));
+  CHECK_FALSE(claims_work_items(fp8, 128, GemmTile{}, false, 1, 1));
+}
+
+TEST_CASE("work queue: tuned DB round trip, description, refusals before anything compiles") {
+  const MoeSpec bf16 = layer(kQuantNone);
+  MoeTileConfig c = persistent(128);
+  CHECK(c.gemm1.work_queue == -1);  // a config without the choice takes the rule
+  CHECK_FALSE(tile_config_to_json(c)["gemm1"].contains("work_queue"));
+  CHECK(tile_config_from_json(tile_config_to_json(c)).gemm1.work_queue == -1);
+  c.gemm1.work_queue = 1;
+  c.gemm2.work_queue = 0;
+  CHECK(c.describe() == "bm128 gemm1[wgmma bn64 s6 ws wq] gemm2[wgmma bn128 s3 ws st nowq]");
+  const nlohmann::json j = tile_config_to_json(c);
+  CHECK(j["gemm1"]["work_queue"] == true);
+  CHECK(j["gemm2"]["work_queue"] == false);
+  CHECK(tile_config_from_json(j) == c);
+  // The same kernels as without the choice (a launch argument).
+  const auto specs = moe_expert_kernel_specs(bf16, c, "sm_90a");
+  CHECK(specs == moe_expert_kernel_specs(bf16, persistent(128), "sm_90a"));
+  // Refused: tiles that walk no queue, and values other than -1 / 0 / 1.
+  MoeTileConfig odd = c;
+  odd.gemm1.persistent = false;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(bf16, odd, "sm_90a"), doctest::Contains("chooses its walk"), Error);
+  odd = c;
+  odd.gemm1.multicast = true;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(bf16, odd, "sm_90a"), doctest::Contains("chooses its walk"), Error);
+  odd = c;
+  odd.gemm2.work_queue = 2;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(bf16, odd, "sm_90a"), doctest::Contains("must be -1"), Error);
+  nlohmann::json shared = tile_config_to_json(heuristic_tile_config(bf16, 16, true, "sm_80"));
+  shared["gemm2"]["work_queue"] = true;  // on a tile of another kernel: read, then refused when a layer takes it
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(bf16, tile_config_from_json(shared), "sm_80"),
+                       doctest::Contains("chooses its walk"), Error);
+}
