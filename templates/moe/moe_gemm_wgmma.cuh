@@ -105,12 +105,19 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   // Warp w of warpgroup wg holds rows 64 wg + 16 (w % 4) .. +16 of the tile, every column.
   moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (warp % 4) * 16, 0, lane, n0, expert,
                                                                 s_slot, s_arow, s_weight, s_col_scale, out);
-  sm90::fence_proxy_async();  // the staged tile -> the copy engine
-  __syncthreads();
-  static_assert(THREADS >= BLOCK_M, "a thread per tile row");
-  if (tid < BLOCK_M && s_slot[tid] >= 0) {
-    out.store_row(args, row0, tid, s_slot[tid]);
-    sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
+  if constexpr (Out::kBulkOut) {
+    sm90::fence_proxy_async();  // the staged tile -> the copy engine
+    __syncthreads();
+    static_assert(THREADS >= BLOCK_M, "a thread per tile row");
+    if (tid < BLOCK_M && s_slot[tid] >= 0) {
+      out.store_row(args, row0, tid, s_slot[tid]);
+      sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
+    }
+  } else {
+    // Warp w staged rows 16 w .. 16 w + 15 (64 wg + 16 (w % 4)) and copies them out.
+    static_assert(THREADS / 32 * 16 == BLOCK_M, "16 rows a warp");
+    __syncwarp();
+    out.copy_rows(args, row0, warp * 16, lane, s_slot);
   }
 }
 #endif

@@ -183,6 +183,30 @@ struct StagedTile {
     if constexpr (OUT16) *reinterpret_cast<unsigned*>(s_out + at * 2) = sm80::pack2<DTYPE>(a, b);
     else *reinterpret_cast<float2*>(s_out + at * 4) = make_float2(a, b);
   }
+  // Rows are copied out by the warp that staged them, 16 bytes a lane, except the fp32 top-k adds
+  // (bulk reductions, store_row). A bulk copy per row takes its addresses in uniform registers, so
+  // a warp's 16 row copies ran one lane at a time: 23% of the consumer warps' samples in DeepSeek-V3
+  // TP8's fp8 GEMM2 (ncu, H100, M = 8192, 128 x 128 DTYPE-row tiles).
+  static constexpr bool kBulkOut = ROLE == kRoleGemm2Atomic;
+  // Rows rl0 .. rl0 + 15 of tile row0 (the calling warp's; routed slots s_slot[rl], < 0: padding,
+  // skipped) to global memory, columns < n_out. The warp's own staging stores precede it in program
+  // order (after a __syncwarp), and its loads are done when it returns: the rows may be restaged.
+  __device__ void copy_rows(const MoeGemmArgs& args, int row0, int rl0, int lane, const int* s_slot) const {
+    static_assert(!kBulkOut, "the fp32 top-k adds go by bulk reductions (store_row)");
+    constexpr int CHUNKS = BLOCK_N * OUT_BYTES / 16;  // 16-byte chunks of a row
+    static_assert(CHUNKS * 16 == BLOCK_N * OUT_BYTES && 16 * CHUNKS % 32 == 0, "whole chunks, whole warps");
+    const int chunks = min(BLOCK_N, args.n_out - n0) * OUT_BYTES / 16;  // n_out is a multiple of 8
+    unsigned char* c = static_cast<unsigned char*>(args.c) + static_cast<long long>(n0) * OUT_BYTES;
+#pragma unroll
+    for (int j = 0; j < 16 * CHUNKS / 32; ++j) {
+      const int i = lane + 32 * j, rl = rl0 + i / CHUNKS, chunk = i % CHUNKS;  // [16 rows][CHUNKS]
+      const int slot = s_slot[rl];
+      if (slot < 0 || chunk >= chunks) continue;
+      const uint4 v = *reinterpret_cast<const uint4*>(s_out + rl * PITCH * OUT_BYTES + chunk * 16);
+      const long long row = ROLE == kRoleGemm1 ? row0 + rl : slot;  // GEMM1: padded rows; GEMM2: slot rows
+      *reinterpret_cast<uint4*>(c + row * args.ldc * OUT_BYTES + chunk * 16) = v;
+    }
+  }
   // Row rl (routed slot `slot` >= 0) of tile row0 to global memory; committed as one bulk group.
   __device__ void store_row(const MoeGemmArgs& args, int row0, int rl, int slot) const {
     const unsigned src = sm80::smem_addr(s_out + rl * PITCH * OUT_BYTES);
