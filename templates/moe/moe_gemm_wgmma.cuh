@@ -69,10 +69,11 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
     if (s < local_tiles) load_stage(s, kt_begin + s);
     sm80::cp_async_commit();
   }
+  BlockScales<T::G> scales;
+  if constexpr (BLOCK_SCALED) scales.template init<ACT>(args, s_arow, wg * 64 + (warp % 4) * 16 + (lane >> 2), n0, expert);
   for (int i = 0; i < local_tiles; ++i) {
     float a_sc[2] = {0.f, 0.f}, b_sc[T::G];
-    if constexpr (BLOCK_SCALED)  // fetched before the wait: their latency overlaps it
-      block_scales<ACT, T::G>(args, s_arow, wg * 64 + (warp % 4) * 16 + (lane >> 2), n0, expert, kt_begin + i, a_sc, b_sc);
+    if constexpr (BLOCK_SCALED) scales.load(args, kt_begin + i, a_sc, b_sc);  // before the wait: their latency overlaps it
     sm80::cp_async_wait<STAGES - 3>();
     sm90::fence_proxy_async();  // this thread's cp.async writes -> the async proxy
     __syncthreads();            // tile i landed for all; tile i - 2's wgmmas are done in every warpgroup

@@ -119,24 +119,41 @@ __device__ inline void mma_k_tile(float* d, unsigned long long desc_a, unsigned 
   }
 }
 
-// fp8 128 x 128 blocks: the scales of k tile kt for the two accumulator rows a lane holds (rows
-// `row` and `row` + 8 of the tile) and for each set's weight-row block (the host keeps each set's
-// rows of a tile in one block).
-template <int ACT, int G>
-__device__ inline void block_scales(const MoeGemmArgs& args, const int* s_arow, int row, int n0, int expert, int kt,
-                                    float (&a_sc)[2], float (&b_sc)[G]) {
-  const float* b_scale = static_cast<const float*>(args.b_scale);
+// fp8 128 x 128 blocks: where a lane's scales are, found once per tile: the activation scale rows
+// of the two accumulator rows it holds (tile rows `row` and `row` + 8; padding rows read A's first
+// scale row and take 0) and each set's weight-row block (the host keeps each set's rows of a tile
+// in one block). load() then costs a load per scale: the per-k-tile address arithmetic (kernel
+// parameters reloaded from the constant bank, 64-bit products) had been most of the consumers'
+// instructions between two k tiles' wgmmas (ncu, H100, fp8_block DeepSeek-V3 TP8 GEMM1).
+template <int G>
+struct BlockScales {
+  // Element offsets (32 bits: MoeLayer keeps activation scale counts under 2^30; weight scale
+  // tensors are small): of the activation scale rows (-1: a padding row, scale 0) and of the sets'
+  // weight-row blocks. Offsets rather than pointers: 64-bit ones cost the plain kernel the
+  // registers of its second CTA per SM (fp8 GEMM2 128 x 64: 126 -> 133).
+  int a[2];
+  int b[G];
+  template <int ACT>
+  __device__ void init(const MoeGemmArgs& args, const int* s_arow, int row, int n0, int expert) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int arow = s_arow[row + 8 * h];
-    a_sc[h] = arow < 0 ? 0.f : __ldg(args.a_scale + arow * args.a_scale_ld + kt);
-  }
+    for (int h = 0; h < 2; ++h) {
+      const int arow = s_arow[row + 8 * h];
+      a[h] = arow < 0 ? -1 : static_cast<int>(arow * args.a_scale_ld);
+    }
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const int wrow = moe_tile::weight_row<ACT>(args, n0, g);
-    b_sc[g] = __ldg(b_scale + expert * args.b_scale_expert_stride + (wrow >> 7) * args.b_scale_row_stride + kt);
+    for (int g = 0; g < G; ++g)  // n0 < n_out: every set's first row is a weight row
+      b[g] = static_cast<int>(expert * args.b_scale_expert_stride +
+                              (moe_tile::weight_row<ACT>(args, n0, g) >> 7) * args.b_scale_row_stride);
   }
-}
+  // The scales of k tile kt.
+  __device__ void load(const MoeGemmArgs& args, int kt, float (&a_sc)[2], float (&b_sc)[G]) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) a_sc[h] = a[h] < 0 ? 0.f : __ldg(args.a_scale + a[h] + kt);
+    const float* b_scale = static_cast<const float*>(args.b_scale);
+#pragma unroll
+    for (int g = 0; g < G; ++g) b_sc[g] = __ldg(b_scale + b[g] + kt);
+  }
+};
 // d += one k tile's sums (part, waited for) x a_scale(row) x b_scale(set).
 template <int G, int NI>
 __device__ inline void promote_block(float* d, float* part, const float (&a_sc)[2], const float (&b_sc)[G]) {

@@ -381,34 +381,60 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           sm90::mbar_wait(full0 + slot * 8, ((it0 + i) / STAGES) & 1);
           release(slot);
         }
-      else
+      else if constexpr (BLOCK_SCALED) {
+        // The sums of each k tile are scaled before they join d: wait for this one, free its slot,
+        // promote. The other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile, so
+        // the instructions between a warpgroup's k tiles bound the rate: scale addresses are found
+        // once per tile and the ring position advances by a step, not by % STAGES. GEMM1's long
+        // k loop loads k tile i + 1's scales while tile i's wgmmas run; GEMM2's two k tiles load
+        // each tile's before its wait.
+        constexpr bool AHEAD = ROLE == kRoleGemm1;
+        BlockScales<T::G> scales;
+        scales.template init<ACT>(args, s_arow, wg * 64 + (cwarp % 4) * 16 + (lane >> 2), n0, expert);
+        float a_sc[2], b_sc[T::G];
+        if constexpr (AHEAD)
+          if (local_tiles > 0) scales.load(args, kt_begin, a_sc, b_sc);
+        int slot = it0 % STAGES, phase = (it0 / STAGES) & 1;
+        for (int i = 0; i < local_tiles; ++i) {
+          float a_next[2], b_next[T::G];
+          if constexpr (AHEAD)  // the last k tile loads its own again (no branch, no read past the row)
+            scales.load(args, kt_begin + min(i + 1, local_tiles - 1), a_next, b_next);
+          else
+            scales.load(args, kt_begin + i, a_sc, b_sc);
+          sm90::mbar_wait(full0 + slot * 8, phase);
+          sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
+          sm90::fence();
+          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(part, sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
+                                              sm90::sw128_desc(smem_b + slot * T::B_STAGE), 0);
+          sm90::commit();
+          sm90::wait<0>();
+          release(slot);
+          promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
+          if constexpr (AHEAD) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) a_sc[h] = a_next[h];
+#pragma unroll
+            for (int g = 0; g < T::G; ++g) b_sc[g] = b_next[g];
+          }
+          if (++slot == STAGES) {
+            slot = 0;
+            phase ^= 1;
+          }
+        }
+      } else
         for (int i = 0; i < local_tiles; ++i) {
           const int k = it0 + i;
           const int slot = k % STAGES;
-          float a_sc[2], b_sc[T::G];
-          if constexpr (BLOCK_SCALED)  // fetched before the wait: their latency overlaps it
-            block_scales<ACT, T::G>(args, s_arow, wg * 64 + (cwarp % 4) * 16 + (lane >> 2), n0, expert, kt_begin + i,
-                                    a_sc, b_sc);
           sm90::mbar_wait(full0 + slot * 8, (k / STAGES) & 1);
           sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
           sm90::fence();
           const unsigned long long desc_a = sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes);
           const unsigned long long desc_b = sm90::sw128_desc(smem_b + slot * T::B_STAGE);
-          if constexpr (BLOCK_SCALED) {
-            // The sums of each k tile are scaled before they join d: wait for this one, free its slot,
-            // promote. The other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile.
-            mma_k_tile<DTYPE, QUANT, T::B_ROWS>(part, desc_a, desc_b, 0);
-            sm90::commit();
-            sm90::wait<0>();
-            release(slot);
-            promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
-          } else {
-            mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, desc_b);
-            sm90::commit();
-            sm90::wait<1>();
-            if (held >= 0) release(held);
-            held = slot;
-          }
+          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, desc_b);
+          sm90::commit();
+          sm90::wait<1>();
+          if (held >= 0) release(held);
+          held = slot;
         }
       it = it0 + local_tiles;
       // Ping-pong: every wgmma of this item is issued and every `full` wait of its k tiles passed:
