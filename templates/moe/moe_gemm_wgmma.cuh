@@ -106,6 +106,8 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   // Warp w of warpgroup wg holds rows 64 wg + 16 (w % 4) .. +16 of the tile, every column.
   moe_store::store_fragments<ROLE, DTYPE, ACT, QUANT, BLOCK_N>(args, acc, wg * 64 + (warp % 4) * 16, 0, lane, n0, expert,
                                                                 s_slot, s_arow, s_weight, s_col_scale, out);
+  // One tile a CTA: nothing for bulk copies to overlap, so rows leave by the lanes' stores but for
+  // the fp32 top-k adds (bulk reductions).
   if constexpr (Out::kBulkOut) {
     sm90::fence_proxy_async();  // the staged tile -> the copy engine
     __syncthreads();

@@ -187,6 +187,9 @@ __device__ inline void column_scales(const MoeGemmArgs& args, int n0, int expert
 // DTYPE per slot) or one bulk fp32 add into its token's row (the top-k sum). Fragment-order global
 // stores and atomics cost more than the main loop of narrow layers: each warp instruction touched
 // 8 rows.
+// Staged tiles with at least this many k tiles send their rows by bulk copies (StagedTile).
+inline constexpr int kMoeBulkRowsMinKTiles = 128;
+
 template <int ROLE, int DTYPE, int BLOCK_N>
 struct StagedTile {
   static constexpr bool OUT16 = moe_wgmma_out_bytes(ROLE) == 2;  // DTYPE rows, else fp32
@@ -200,16 +203,21 @@ struct StagedTile {
     if constexpr (OUT16) *reinterpret_cast<unsigned*>(s_out + at * 2) = sm80::pack2<DTYPE>(a, b);
     else *reinterpret_cast<float2*>(s_out + at * 4) = make_float2(a, b);
   }
-  // Rows are copied out by the warp that staged them, 16 bytes a lane, except the fp32 top-k adds
-  // (bulk reductions, store_row). A bulk copy per row takes its addresses in uniform registers, so
-  // a warp's 16 row copies ran one lane at a time: 23% of the consumer warps' samples in DeepSeek-V3
-  // TP8's fp8 GEMM2 (ncu, H100, M = 8192, 128 x 128 DTYPE-row tiles).
+  // How rows leave: by the warp that staged them, 16 bytes a lane (copy_rows), or a bulk copy per
+  // row (store_row), left in flight. A bulk copy takes its addresses in uniform registers, so a
+  // warp's 16 row copies run one lane at a time: 23% of the consumer warps' samples in DeepSeek-V3
+  // TP8's fp8 GEMM2 (ncu, H100, M = 8192, 128 x 128 DTYPE-row tiles, 2 k tiles). Behind a long k
+  // loop that costs little, while the lanes' stores hold the warpgroups from the next tile's
+  // wgmmas. H100 same runs, lanes' stores against bulk copies: DeepSeek-V3 TP8 fp8 / bf16 M = 8192
+  // (2 / 4 k tiles) -2.5 / -1%, MXFP4 gpt-oss-120b M <= 2048 (45) -1..-1.6%, Mixtral-8x7B M = 8192
+  // (224) +1..+2% in two runs, within the spread in a third. The fp32 top-k adds are always bulk
+  // reductions.
   static constexpr bool kBulkOut = ROLE == kRoleGemm2Atomic;
+  __device__ static bool bulk_rows(int k_tiles) { return kBulkOut || k_tiles >= kMoeBulkRowsMinKTiles; }
   // Rows rl0 .. rl0 + 15 of tile row0 (the calling warp's; routed slots s_slot[rl], < 0: padding,
   // skipped) to global memory, columns < n_out. The warp's own staging stores precede it in program
   // order (after a __syncwarp), and its loads are done when it returns: the rows may be restaged.
   __device__ void copy_rows(const MoeGemmArgs& args, int row0, int rl0, int lane, const int* s_slot) const {
-    static_assert(!kBulkOut, "the fp32 top-k adds go by bulk reductions (store_row)");
     constexpr int CHUNKS = BLOCK_N * OUT_BYTES / 16;  // 16-byte chunks of a row
     static_assert(CHUNKS * 16 == BLOCK_N * OUT_BYTES && 16 * CHUNKS % 32 == 0, "whole chunks, whole warps");
     const int chunks = min(BLOCK_N, args.n_out - n0) * OUT_BYTES / 16;  // n_out is a multiple of 8

@@ -462,19 +462,19 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         using Out = StagedTile<ROLE, DTYPE, BLOCK_N>;
         const int copy_row = cwarp * 16 + lane;
         static_assert(TILE_THREADS / 32 * 16 == BLOCK_M, "16 rows a warp");
-        // Bulk reductions: this warp's rows of the tile before have left (their reductions were
-        // issued a k loop ago: the wait is normally over at once).
-        if constexpr (Out::kBulkOut)
-          if (lane < 16) sm90::bulk_wait_read();
+        const bool bulk = Out::bulk_rows(local_tiles);  // (uniform)
+        // Bulk copies: this warp's rows of the tile before have left (their copies were issued a k
+        // loop ago: the wait is normally over at once).
+        if (bulk && lane < 16) sm90::bulk_wait_read();
         __syncwarp();
         const Out out{s_out, n0};
         moe_store::store_fragments_tile_bias<BIAS_STAGED, ROLE, DTYPE, ACT, QUANT, BLOCK_N>(
             args, acc, cwarp * 16, 0, lane, n0, expert, bias != nullptr, s_bias, s_slot, s_arow, s_weight, s_col_scale,
             out);
-        if constexpr (Out::kBulkOut) {
+        if (bulk) {
           sm90::fence_proxy_async();  // the staged rows -> the copy engine
           __syncwarp();
-          // Left in flight: the reductions overlap the next tile's k loop.
+          // Left in flight: the copies overlap the next tile's k loop.
           if (lane < 16 && s_slot[copy_row] >= 0) out.store_row(args, row0, copy_row, s_slot[copy_row]);
         } else {
           __syncwarp();
@@ -487,8 +487,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       }
       item = item_after;
     }
-    if constexpr (STAGED && StagedTile<ROLE, DTYPE, BLOCK_N>::kBulkOut)
-      if (lane < 16) sm90::bulk_wait_read();  // the source must outlive the CTA's shared memory
+    if constexpr (STAGED)
+      if (lane < 16) sm90::bulk_wait_read();  // bulk copies' sources must outlive the CTA's shared memory
   }
   // Multicast: neither CTA leaves while the other may still copy into its ring or arrive on its barriers.
   if constexpr (MULTICAST) sm90::cluster_sync();
