@@ -6,19 +6,13 @@
 #include "autotune/tuned_db.h"
 #include "common/error.h"
 #include "runtime/moe_layer.h"
+#include "support/moe_cases.h"
 
 using namespace moejit;
+using namespace moejit::test;
 
 namespace {
-MoeSpec layer(MoeQuant quant) {
-  MoeSpec s;
-  s.num_experts = 128;
-  s.top_k = 8;
-  s.hidden = 2048;
-  s.intermediate = 768;
-  s.quant = quant;
-  return s;
-}
+MoeSpec layer(MoeQuant quant) { return small_layer(128, 8, 2048, 768, kActSiluMul, kDTypeBF16, quant); }
 
 MoeTileConfig persistent(int block_m) {
   MoeTileConfig c;
