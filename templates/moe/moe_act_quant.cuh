@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(THREADS) moe_act_quant_kernel(const MoeActQuan
   const unsigned short* in = static_cast<const unsigned short*>(args.in);
   if constexpr (MODE == kActQuantGroup128) {
     // Unit u = (row u / groups, group u % groups); warp w takes units w * 4 .. w * 4 + 3 (half-warp
-    // h the two from w * 4 + 2 h), then those a grid's worth further on (the host keeps units < 2^31).
+    // h the two from w * 4 + 2 h), then those a grid's worth further on (the host keeps units < 2^30).
     // The loop runs on the warp's first unit, so both halves stay in it for the shuffles.
     constexpr int PER_HALF = kActQuantGroupsPerWarp / 2;
     const int groups = (args.cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;

@@ -181,15 +181,15 @@ __device__ inline void column_scales(const MoeGemmArgs& args, int n0, int expert
   }
 }
 
-// Epilogue through shared memory: a finished tile staged at s_out ([BLOCK_M][PITCH] of the output
-// type; PITCH = BLOCK_N + 8 spreads the fragment writes over the banks and keeps rows 16-byte
-// aligned), then each row leaves in one bulk copy (GEMM1: DTYPE intermediate; GEMM2 rows: fp32 or
-// DTYPE per slot) or one bulk fp32 add into its token's row (the top-k sum). Fragment-order global
-// stores and atomics cost more than the main loop of narrow layers: each warp instruction touched
-// 8 rows.
 // Staged tiles with at least this many k tiles send their rows by bulk copies (StagedTile).
 inline constexpr int kMoeBulkRowsMinKTiles = 128;
 
+// Epilogue through shared memory: a finished tile staged at s_out ([BLOCK_M][PITCH] of the output
+// type; PITCH = BLOCK_N + 8 spreads the fragment writes over the banks and keeps rows 16-byte
+// aligned), then each row leaves whole (GEMM1: DTYPE intermediate; GEMM2 rows: fp32 or DTYPE per
+// slot) by the lanes' 16-byte stores or one bulk copy, or by one bulk fp32 add into its token's
+// row (the top-k sum). Fragment-order global stores and atomics cost more than the main loop of
+// narrow layers: each warp instruction touched 8 rows.
 template <int ROLE, int DTYPE, int BLOCK_N>
 struct StagedTile {
   static constexpr bool OUT16 = moe_wgmma_out_bytes(ROLE) == 2;  // DTYPE rows, else fp32
