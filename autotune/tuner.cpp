@@ -291,10 +291,12 @@ std::vector<TuneResult> MoeTuner::run() {
       try_all({c}, "gemm1 pregather");
     }
     // Gated GEMM1 weight tiles multicast over clusters of two CTAs, where experts have row tiles to
-    // pair (a kernel of its own: compiles). H200, same-run A/B: Mixtral-8x7B M = 1024 1686-1689 ->
+    // pair (a kernel of its own: compiles): from one row tile an expert on average, since uneven
+    // counts then give many experts two (H100, fp8_block DeepSeek-V3 TP8 M = 4096, 128 rows an
+    // expert: 1276 -> 1237-1242 us). H200, same-run A/B: Mixtral-8x7B M = 1024 1686-1689 ->
     // 1648-1654 us, gpt-oss-120b M = 4096 2905-2915 -> 2833-2842; slower at gpt-oss M = 8192.
     if (best.gemm1.persistent && !best.gemm1.pingpong && spec_.fused && activation_is_gated(spec_.activation) &&
-        rows_per_expert >= 2 * best.block_m) {
+        rows_per_expert >= best.block_m) {
       MoeTileConfig c = best;
       c.gemm1.multicast = true;
       if (config_fits(spec_, c, limits)) try_all({c}, "gemm1 multicast");

@@ -56,14 +56,20 @@ unsigned elementwise_blocks(long long work_items, int threads) {
 }
 }  // namespace
 
-int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device) {
+int resident_ctas_per_sm(int registers, int static_shared_bytes, unsigned threads, unsigned dynamic_smem,
+                         int shared_per_sm) {
   constexpr int kThreadsPerSm = 2048, kRegistersPerSm = 65536, kReservedSmemPerCta = 1024;
-  const int regs = std::max(8, (kernel.resources().registers + 7) / 8 * 8);
+  const int regs = std::max(8, (registers + 7) / 8 * 8);  // allocation granularity
   const int by_threads = kThreadsPerSm / static_cast<int>(threads);
   const int by_regs = kRegistersPerSm / (regs * static_cast<int>(threads));
-  const int smem = static_cast<int>(dynamic_smem) + kernel.resources().static_shared_bytes + kReservedSmemPerCta;
-  const int by_smem = device.shared_per_sm > 0 ? device.shared_per_sm / smem : by_threads;
+  const int smem = static_cast<int>(dynamic_smem) + static_shared_bytes + kReservedSmemPerCta;
+  const int by_smem = shared_per_sm > 0 ? shared_per_sm / smem : by_threads;
   return std::max(1, std::min({by_threads, by_regs, by_smem}));
+}
+
+int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device) {
+  return resident_ctas_per_sm(kernel.resources().registers, kernel.resources().static_shared_bytes, threads,
+                              dynamic_smem, device.shared_per_sm);
 }
 
 MoeLayer::MoeLayer(Runtime& runtime, MoeSpec spec)

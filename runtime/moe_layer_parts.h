@@ -57,7 +57,10 @@ struct MoeLayer::Workspace {
 };
 
 // CTAs of `kernel` one SM holds at once (threads, registers, shared memory): split-K and the
-// decode GEMV fill one wave.
+// decode GEMV fill one wave, the persistent grid is this many CTAs an SM.
 int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device);
+// The same from a compile's resource report (no driver needed; shared_per_sm 0: not bounded by it).
+int resident_ctas_per_sm(int registers, int static_shared_bytes, unsigned threads, unsigned dynamic_smem,
+                         int shared_per_sm);
 
 }  // namespace moejit
