@@ -74,8 +74,12 @@ std::string MoeTileConfig::describe() const {
 
 bool work_queue_by_default(const MoeSpec& spec, int block_m) { return spec.quant != kQuantNone && block_m >= 128; }
 
+bool can_claim_work_items(const GemmTile& tile) {
+  return tile.persistent && tile.wgmma && !tile.multicast && !tile.pingpong && tile.split_k <= 1;
+}
+
 bool claims_work_items(const MoeSpec& spec, int block_m, const GemmTile& tile, bool clusters, int splits, int option) {
-  if (!tile.persistent || !tile.wgmma || clusters || tile.pingpong || splits != 1) return false;
+  if (!can_claim_work_items(tile) || clusters || splits != 1) return false;
   if (option >= 0) return option == 1;
   return tile.work_queue >= 0 ? tile.work_queue == 1 : work_queue_by_default(spec, block_m);
 }

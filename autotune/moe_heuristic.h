@@ -95,8 +95,11 @@ int decode_gemv_max_tokens(const MoeSpec& spec);
 // both ways (H100, M = 1024 / 2048: gpt-oss-120b and DeepSeek-V3 TP8 -1.2..-1.7%, Mixtral-8x7B
 // +13..+30%): their buckets take it from the tuned DB.
 bool work_queue_by_default(const MoeSpec& spec, int block_m);
-// Whether a GEMM of this tile claims its items from the work queue: the kernel can (persistent
-// wgmma, no clusters, no ping-pong, one k split), then option (Options::work_queue: -1 unset, 0 / 1
+// Whether a tile's kernel can claim its items (persistent wgmma, no multicast, no ping-pong, no
+// fixed k split): the tiles that take GemmTile::work_queue.
+bool can_claim_work_items(const GemmTile& tile);
+// Whether a GEMM of this tile claims its items from the work queue: the kernel can (the tile can,
+// no clusters and one k split at launch), then option (Options::work_queue: -1 unset, 0 / 1
 // forced), then the tile's work_queue, then the rule.
 bool claims_work_items(const MoeSpec& spec, int block_m, const GemmTile& tile, bool clusters, int splits, int option);
 

@@ -306,8 +306,7 @@ std::vector<TuneResult> MoeTuner::run() {
     // layers: gpt-oss-120b / DeepSeek-V3 TP8 M = 1024 / 2048 -1.2..-1.7% with the queue,
     // Mixtral-8x7B +13..+30%, DeepSeek-V3 TP8 M = 8192 +10%.
     for (bool gemm1 : {true, false}) {
-      const GemmTile& t = gemm1 ? best.gemm1 : best.gemm2;
-      if (!t.persistent || t.multicast || t.pingpong || t.split_k > 1) continue;
+      if (!can_claim_work_items(gemm1 ? best.gemm1 : best.gemm2)) continue;
       MoeTileConfig c = best;
       (gemm1 ? c.gemm1 : c.gemm2).work_queue = work_queue_by_default(spec_, best.block_m) ? 0 : 1;
       try_all({c}, gemm1 ? "gemm1 work queue" : "gemm2 work queue");

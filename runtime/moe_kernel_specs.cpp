@@ -130,7 +130,7 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
     MOEJIT_REQUIRE(t.work_queue >= -1 && t.work_queue <= 1,
                    "moe: tile config {}: {} work_queue = {} must be -1 (the rule), 0 or 1", c.describe(), role,
                    t.work_queue);
-    MOEJIT_REQUIRE(t.work_queue < 0 || (t.persistent && !t.multicast && !t.pingpong && t.split_k <= 1),
+    MOEJIT_REQUIRE(t.work_queue < 0 || can_claim_work_items(t),
                    "moe: tile config {}: only a persistent wgmma tile without multicast, ping-pong groups or k splits "
                    "chooses its walk (work_queue)",
                    c.describe());

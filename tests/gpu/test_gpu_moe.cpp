@@ -287,7 +287,7 @@ TEST_CASE("gpu moe: the persistent wgmma kernels' work queue and fixed stride bo
     if (queue == 1)
       for (auto& c : cases)
         for (GemmTile* t : {&c.config.gemm1, &c.config.gemm2})
-          if (t->persistent && !t->multicast && !t->pingpong && t->split_k <= 1) t->work_queue = 1;
+          if (can_claim_work_items(*t)) t->work_queue = 1;
     const int checked = check_kernel_cases(rt, cases, 2900 + queue, "wgmma");
     MESSAGE(fmt::format("{} forwards with {} checked against the fp64 reference", checked,
                         queue ? "claimed items (the tiles' choice)" : "the fixed stride (MOEJIT_WORK_QUEUE=0)"));
