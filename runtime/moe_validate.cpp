@@ -150,6 +150,12 @@ void MoeLayer::check(const MoeForwardArgs& a) const {
   check_tensor("hidden", a.hidden, dt, {-1, K}, 16);
   const std::int64_t m = a.hidden.shape[0];
   MOEJIT_REQUIRE(m * k < (std::int64_t(1) << 31), "moe: num_tokens * top_k = {} exceeds int32 indexing", m * k);
+  if (s.quant == kQuantFp8Block) {  // moe_act_quant and the wgmma kernels index (row, 128-column group) in 32 bits
+    const auto groups = [](std::int64_t cols) { return (cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize; };
+    const std::int64_t rows = static_cast<std::int64_t>(router_.sorter().gather_capacity(static_cast<int>(m)));
+    for (const auto& [r, g] : {std::pair{m, groups(K)}, std::pair{rows, groups(N)}})
+      MOEJIT_REQUIRE(r * g < (std::int64_t(1) << 30), "moe: {} x {} activation groups exceed the int range", r, g);
+  }
   check_tensor("out", a.out, dt, {m, K}, 8);
   auto check_weight = [&](const char* name, const char* scale_name, const char* zero_name, const TensorView& w,
                           const TensorView& scale, const TensorView& zero, std::int64_t rows, std::int64_t cols) {
