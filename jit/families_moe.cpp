@@ -281,6 +281,13 @@ FamilyInfo moe_gemm_wgmma_family() {
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} weight rows per tile (block_n {}{}) must be 64, 128, 192 or 256", b_rows,
                               bn, gated ? ", gated" : ""));
+    // fp8 per channel / tensor: a second accumulator set too (quant_promotes_k_tiles), so at most
+    // 128 weight rows, as fp8_block.
+    if ((quant == kQuantFp8Channel || quant == kQuantFp8Tensor) && b_rows > 128)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: {} takes at most 128 weight rows per tile (block_n {}{}: {}): each k "
+                              "tile's e4m3 sums are kept apart in a second accumulator set",
+                              s.get_string("quant"), bn, gated ? ", gated" : "", b_rows));
     // 128 x 128 block scales: each set's weight rows of a tile in one scale block (the scale is one
     // number per set and k tile), and a second accumulator set (one k tile's sums) in registers.
     if (quant == kQuantFp8Block && (128 % bn != 0 || b_rows > 128 || activation_is_interleaved(act)))

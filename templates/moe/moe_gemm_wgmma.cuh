@@ -54,14 +54,16 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
   // and the persistent variant's barriers; the main loop's barriers publish it).
   constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
   constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
+  constexpr bool PROMOTED = quant_promotes_k_tiles(QUANT);
   float* s_col_scale = reinterpret_cast<float*>(s_a + STAGES * (T::A_STAGE + T::B_STAGE) + STAGES * 16);
   if constexpr (EPILOGUE_SCALED) column_scales<ACT, BLOCK_N, T::B_ROWS>(args, n0, expert, tid, THREADS, s_col_scale);
 
   float acc[T::G][1][T::NI][4];  // wgmma m64 n(B_ROWS) accumulators: set s, chunk ni = wgmma chunk s * NI + ni
   float* d = &acc[0][0][0][0];
-  // fp8 128 x 128 blocks: one k tile's sums, added into acc times a_scale(row, k tile) x
-  // b_scale(set's weight-row block, k tile) (the host keeps each set's rows in one block).
-  float part[BLOCK_SCALED ? T::G * T::NI * 4 : 1];
+  // fp8: one k tile's sums, added into acc (quant_promotes_k_tiles); 128 x 128 blocks times
+  // a_scale(row, k tile) x b_scale(set's weight-row block, k tile) (the host keeps each set's rows
+  // in one block).
+  float part[PROMOTED ? T::G * T::NI * 4 : 1];
 #pragma unroll
   for (int e = 0; e < T::G * T::NI * 4; ++e) d[e] = 0.f;
 #pragma unroll
@@ -79,16 +81,17 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
     __syncthreads();            // tile i landed for all; tile i - 2's wgmmas are done in every warpgroup
     const int slot = i % STAGES;
     sm90::fence();
-    mma_k_tile<DTYPE, QUANT, T::B_ROWS>(BLOCK_SCALED ? part : d,
+    mma_k_tile<DTYPE, QUANT, T::B_ROWS>(PROMOTED ? part : d,
                                         sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
-                                        sm90::sw128_desc(smem_b + slot * T::B_STAGE), BLOCK_SCALED ? 0 : 1);
+                                        sm90::sw128_desc(smem_b + slot * T::B_STAGE), PROMOTED ? 0 : 1);
     sm90::commit();
     const int next = i + STAGES - 2;
     if (next < local_tiles) load_stage(next % STAGES, kt_begin + next);
     sm80::cp_async_commit();
-    if constexpr (BLOCK_SCALED) {
+    if constexpr (PROMOTED) {
       sm90::wait<0>();
-      promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
+      if constexpr (BLOCK_SCALED) promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
+      else promote_sum<T::G * T::NI * 4>(d, part);
     } else {
       sm90::wait<1>();
     }
@@ -128,10 +131,10 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
 }  // namespace moe_wgmma_detail
 
 // Plain tiles of 128 weight rows and fewer (64 accumulators per thread) keep registers for two
-// CTAs per SM, whose barriers and epilogues then overlap each other's main loops (not with fp8
-// block scales: their second accumulator set needs the registers).
+// CTAs per SM, whose barriers and epilogues then overlap each other's main loops (not with fp8:
+// the second accumulator set of quant_promotes_k_tiles needs the registers).
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_min_ctas(int act, int quant, int block_n, bool persistent) {
-  return !persistent && quant != kQuantFp8Block && (activation_is_gated(act) ? 2 : 1) * block_n <= 128 ? 2 : 1;
+  return !persistent && !quant_promotes_k_tiles(quant) && (activation_is_gated(act) ? 2 : 1) * block_n <= 128 ? 2 : 1;
 }
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, int PERSISTENT, int STAGED,
           int PINGPONG, int MULTICAST>

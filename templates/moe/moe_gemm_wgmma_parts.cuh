@@ -164,6 +164,15 @@ __device__ inline void promote_block(float* d, float* part, const float (&a_sc)[
     d[e] += part[e] * (a_sc[(e >> 1) & 1] * b_sc[e / (NI * 4)]);
   }
 }
+// d += one k tile's sums, unscaled (fp8 per channel / tensor: their scales act in the epilogue).
+template <int N>
+__device__ inline void promote_sum(float* d, float* part) {
+#pragma unroll
+  for (int e = 0; e < N; ++e) {
+    sm90::fence_operand(part[e]);
+    d[e] += part[e];
+  }
+}
 #endif
 
 // fp8 per channel / tensor: the weight scale of each of the tile's B rows (gate rows, then up

@@ -48,9 +48,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
                 "multicast: gated GEMM1 (a box per rank), one consumer group");
   constexpr bool EPILOGUE_SCALED = quant_scales_in_epilogue(QUANT);
   constexpr bool BLOCK_SCALED = QUANT == kQuantFp8Block;
+  constexpr bool PROMOTED = quant_promotes_k_tiles(QUANT);  // fp8: a k tile's sums apart, then into d
   // Registers after setmaxnreg (two consumer warpgroups): the producer keeps its rows and their
-  // addresses (24 at most: 136; fp8 block tiles, <= 128 weight rows: 16, 96), the consumers the
-  // accumulators and the epilogue (176; fp8 block: a second accumulator set, 200). The CTA starts
+  // addresses (24 at most: 136; fp8 tiles, <= 128 weight rows: 16, 96), the consumers the
+  // accumulators and the epilogue (176; fp8: a second accumulator set, 200). The CTA starts
   // with LAUNCH_REGS per thread (launch bounds: 384 threads, one CTA per SM); a consumer's
   // setmaxnreg.inc waits until the producer's .dec has returned enough of them, so what the
   // consumers gain must not exceed what the producer gives back (else it waits forever).
@@ -59,11 +60,11 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   constexpr bool DEQUANT = quant_dequantizes_b(QUANT);
   constexpr int PRODUCERS = moe_wgmma_producer_threads(QUANT);  // producer threads: warpgroups 0 (, 1)
   constexpr bool MOVE_REGS = CONSUMERS == 256 && !DEQUANT;       // setmaxnreg
-  constexpr int PRODUCER_REGS = BLOCK_SCALED ? 96 : 136, CONSUMER_REGS = BLOCK_SCALED ? 200 : 176;
+  constexpr int PRODUCER_REGS = PROMOTED ? 96 : 136, CONSUMER_REGS = PROMOTED ? 200 : 176;
   constexpr int LAUNCH_REGS = 65536 / 384 / 8 * 8;
   static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producer's");
-  static_assert(!BLOCK_SCALED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
+  static_assert(!PROMOTED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
   static_assert(moe_wgmma_b_by_tma(true, QUANT) != DEQUANT,
                 "the persistent variant reads 16-bit / fp8 weight tiles by bulk tensor copies");
   static_assert(!DEQUANT || (!MULTICAST && !PINGPONG), "weight-only formats: one consumer group, no clusters");
@@ -288,7 +289,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     const unsigned turn0 = full0 + 2 * STAGES * 8;  // [2] (ping-pong)
     float acc[T::G][1][T::NI][4];
     float* d = &acc[0][0][0][0];
-    float part[BLOCK_SCALED ? T::G * T::NI * 4 : 1];  // fp8 block scales: one k tile's sums
+    float part[PROMOTED ? T::G * T::NI * 4 : 1];  // fp8: one k tile's sums
     // Per-weight-row scales (fp8 channel / tensor; not with ping-pong, whose turn barriers are here).
     static_assert(!(PINGPONG && EPILOGUE_SCALED), "ping-pong groups would need column scales of their own");
     static_assert(!STAGED || moe_wgmma_staging_bytes(ROLE, BLOCK_M, BLOCK_N, STAGES, T::G == 2, true, QUANT) > 0,
@@ -381,17 +382,18 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           sm90::mbar_wait(full0 + slot * 8, ((it0 + i) / STAGES) & 1);
           release(slot);
         }
-      else if constexpr (BLOCK_SCALED) {
-        // The sums of each k tile are scaled before they join d: wait for this one, free its slot,
-        // promote. The other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile, for
+      else if constexpr (PROMOTED) {
+        // The sums of each k tile join d apart (quant_promotes_k_tiles), block-scaled ones scaled
+        // on the way: wait for this one, free its slot, promote. The other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile, for
         // as long as this one's instructions between its k tiles take: scale addresses are found
         // once per tile and the ring position advances by a step, not by % STAGES. GEMM1 loads k
         // tile i + 1's scales while tile i's wgmmas run (its FMULs had waited on them); GEMM2, of
         // short k loops, loads each k tile's before its wait (a fetch ahead measured slower there,
         // 815 -> 858 us, DeepSeek-V3 TP8 M = 8192, H100).
-        constexpr bool AHEAD = ROLE == kRoleGemm1;
+        constexpr bool AHEAD = BLOCK_SCALED && ROLE == kRoleGemm1;
         BlockScales<T::G> scales;
-        scales.template init<ACT>(args, s_arow, wg * 64 + (cwarp % 4) * 16 + (lane >> 2), n0, expert);
+        if constexpr (BLOCK_SCALED)
+          scales.template init<ACT>(args, s_arow, wg * 64 + (cwarp % 4) * 16 + (lane >> 2), n0, expert);
         float a_sc[2], b_sc[T::G];
         if constexpr (AHEAD)
           if (local_tiles > 0) scales.load(args, kt_begin, a_sc, b_sc);
@@ -400,7 +402,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           float a_next[2], b_next[T::G];
           if constexpr (AHEAD)  // the last k tile loads its own again (no branch, no read past the row)
             scales.load(args, kt_begin + min(i + 1, local_tiles - 1), a_next, b_next);
-          else
+          else if constexpr (BLOCK_SCALED)
             scales.load(args, kt_begin + i, a_sc, b_sc);
           sm90::mbar_wait(full0 + slot * 8, phase);
           sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
@@ -410,7 +412,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           sm90::commit();
           sm90::wait<0>();
           release(slot);
-          promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
+          if constexpr (BLOCK_SCALED) promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
+          else promote_sum<T::G * T::NI * 4>(d, part);
           if constexpr (AHEAD) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) a_sc[h] = a_next[h];

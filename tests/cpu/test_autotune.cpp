@@ -310,6 +310,11 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   refused(q, prefill, "sm_90", "needs sm_90a");
   refused(q, prefill, "sm_100a", "needs sm_90a");
   refused(int8, prefill, "sm_90a", "at most 128 weight rows per tile");  // gated bn128: 256 rows
+  for (MoeQuant fp8 : {kQuantFp8Channel, kQuantFp8Tensor}) {  // each k tile's sums apart: a second accumulator set
+    MoeSpec f = q;
+    f.quant = fp8;
+    refused(f, prefill, "sm_90a", "takes at most 128 weight rows per tile");
+  }
   refused(int8, plain_prefill, "sm_90a", "dequantized by the persistent variant's producer warpgroup");
   refused(det, prefill, "sm_90a", "fast reduce mode");
   MoeTileConfig odd = prefill;
@@ -611,13 +616,13 @@ TEST_CASE("autotune: ping-pong consumer groups: kernel spec, round trip, describ
   odd.gemm2.stages = 3;
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(q, odd, "sm_90a", true), doctest::Contains("pingpong = 1 needs"), Error);
   CHECK_FALSE(config_fits(q, odd, {227 * 1024, "sm_90a"}));
+  c.gemm1.block_n = 64;  // fp8: at most 128 weight rows per tile
+  c.gemm2.block_n = 128;
   MoeSpec channel = q;
   channel.quant = kQuantFp8Channel;
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(channel, c, "sm_90a"), doctest::Contains("per-channel / per-tensor"), Error);
   MoeSpec block = q;
   block.quant = kQuantFp8Block;
-  c.gemm1.block_n = 64;  // fp8_block: at most 128 weight rows per tile
-  c.gemm2.block_n = 128;
   CHECK(moe_expert_kernel_specs(block, c, "sm_90a")[0].get_int("pingpong") == 1);
 }
 

@@ -97,3 +97,51 @@ TEST_CASE("gpu moe quant: every tile config of the tuner's space computes the sa
   }
   MESSAGE(fmt::format("{} quantized tile configs checked", checked));
 }
+
+// The e4m3 wgmma tiles sum each 128-wide k tile apart before fp32 (quant_promotes_k_tiles): over a
+// long K their error stays within a small factor of the mma.sync tiles' (fp32 sums every 32 k). Before, per
+// channel / tensor layers summed all of K in the wgmma accumulator: E = 40, top_k = 5, K = 1536,
+// M = 4096 (H100) gave 1.08e-2 / 8.7e-3 against 2.35e-3 on mma.sync tiles.
+TEST_CASE("gpu moe quant: fp8 wgmma tiles over a long K stay as accurate as mma.sync tiles") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe quant long K")) return;
+  if (rt.device_arch() != "sm_90a") {
+    MESSAGE("skipped: the wgmma tiles need sm_90a, this GPU is " << rt.device_arch());
+    return;
+  }
+  constexpr int kTokens = 700;
+  MoeTileConfig sm80;  // mma.sync tiles (gated fp8_block keeps at most 96 accumulators: bn32)
+  sm80.block_m = 64;
+  sm80.gemm1.block_n = 32;
+  sm80.gemm2.block_n = 128;
+  for (GemmTile* t : {&sm80.gemm1, &sm80.gemm2}) {
+    t->block_k = 128;
+    t->warps_m = t->warps_n = 2;
+    t->stages = 3;
+  }
+  MoeTileConfig persistent;  // as the fp8 prefill heuristic
+  persistent.block_m = 128;
+  persistent.gemm1 = wgmma_tile(64, 6, 0, true);
+  persistent.gemm2 = wgmma_tile(128, 3, 0, true, true);
+  MoeTileConfig plain;
+  plain.gemm1 = wgmma_tile(64, 4);
+  plain.gemm2 = wgmma_tile(128, 3);
+  for (MoeQuant q : {kQuantFp8Channel, kQuantFp8Tensor, kQuantFp8Block}) {
+    const MoeSpec spec = small_layer(16, 4, 4096, 256, kActSiluMul, kDTypeBF16, q);  // 32 k tiles in GEMM1
+    MoeRun r = make_moe_run(rt, spec, kTokens, 33);
+    auto error = [&](const MoeTileConfig& c) {
+      r.problem->poison();
+      r.layer->forward_with_config(nullptr, r.problem->args(kTokens, true), c);
+      r.problem->use_generated_topk();
+      return r.problem->relative_error(r.problem->output(kTokens), MoeProblem::sample_tokens(kTokens, kMaxCheckedTokens));
+    };
+    const double base = error(sm80);
+    for (const MoeTileConfig* c : {&persistent, &plain}) {
+      const double err = error(*c);
+      INFO(fmt::format("{} {}: relative error {:.3e}, mma.sync tiles {:.3e}", quant_name(q), c->describe(), err, base));
+      CHECK(err <= quant_error_band(q));
+      CHECK(err <= 3.5 * base);  // (H100, K = 2048: 2.4x, the sums of 4 x k32 wgmmas in the tensor cores)
+      MESSAGE(fmt::format("{} {}: relative error {:.2e} (mma.sync tiles {:.2e})", quant_name(q), c->describe(), err, base));
+    }
+  }
+}

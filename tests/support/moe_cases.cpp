@@ -368,7 +368,6 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
   fp8.push_back(small_layer(8, 2, 208, 80, kActRelu2, kDTypeF16, kQuantFp8Tensor));
   for (const MoeSpec& spec : fp8) {
     const int g1 = activation_is_gated(spec.activation) ? 2 : 1;
-    const bool wide = spec.quant != kQuantFp8Block;  // block scales: at most 128 weight rows per tile
     for (int bm : {64, 128})
       for (int variant = 0; variant < 8; ++variant) {
         MoeTileConfig c;
@@ -399,8 +398,9 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
           c.gemm1 = wgmma_tile(128 / g1, 4, 0, persistent);
           c.gemm2 = wgmma_tile(128, 3, 0, persistent);
         } else {
-          c.gemm1 = wgmma_tile((wide ? 256 : 64) / g1, persistent ? 4 : 3, 0, persistent);
-          c.gemm2 = wgmma_tile(wide ? 256 : 64, wide ? 3 : 5, 2, persistent);
+          // (fp8: at most 128 weight rows per tile, quant_promotes_k_tiles)
+          c.gemm1 = wgmma_tile(64 / g1, persistent ? 4 : 3, 0, persistent);
+          c.gemm2 = wgmma_tile(64, 5, 2, persistent);
           c.gemm1.walk_rows = persistent ? 5 : 0;  // (a grouped walk of 5 rows per sweep)
         }
         out.push_back({spec, c, tokens});
