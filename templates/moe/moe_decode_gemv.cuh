@@ -170,6 +170,16 @@ __device__ inline void quantize_rows(const unsigned short* in, long long ld, int
   }
 }
 
+// Fetch bytes (a multiple of 16, 16-byte aligned) at p into L2 without waiting (sm_90+; else nothing).
+__device__ inline void prefetch_l2(const void* p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+// gemv2 prefetches its CTA's weight rows before it waits for gemv1, up to this many bytes over the
+// grid (they must still be in L2 when the loads come: gemv1 streams its own weights through it).
+inline constexpr long long kGemv2PrefetchBytes = 24LL << 20;
+
 __device__ inline float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -404,15 +414,27 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   // The picks need only the logits (or given ids), written before gemv1 started: route first, then
   // wait for gemv1's intermediate.
   route<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
+  const unsigned char* w2 = static_cast<const unsigned char*>(a.w2);
+  int begin, end;
+  cta_items(static_cast<long long>(a.num_tokens) * HIDDEN, begin, end);
+  {
+    // The weight rows need only the picks: start them towards L2 while gemv1 finishes (its last
+    // CTAs leave the bandwidth idle). Each (column, slot) row is INTER weights; the first items'
+    // rows up to this CTA's share of kGemv2PrefetchBytes.
+    constexpr unsigned kRowBytes = INTER * (FP8 ? 1 : 2);
+    const int rows = min((end - begin) * TOPK, static_cast<int>(kGemv2PrefetchBytes / gridDim.x / kRowBytes));
+    for (int i = threadIdx.x; i < rows; i += kThreads) {
+      const int item = begin + i / TOPK, t = item / HIDDEN, col = item % HIDDEN;
+      const int e = picks.local[t * TOPK + i % TOPK];
+      if (e >= 0) prefetch_l2(w2 + e * a.w2_expert_stride + col * a.ldw2, kRowBytes);
+    }
+  }
   pdl::wait();
   const unsigned short* inter = static_cast<const unsigned short*>(a.inter);
   if constexpr (FP8) {  // dropped slots' rows are never read below
     quantize_rows<DTYPE>(inter, INTER, a.num_tokens * TOPK, INTER, iq, const_cast<float*>(is));
     __syncthreads();
   }
-  const unsigned char* w2 = static_cast<const unsigned char*>(a.w2);
-  int begin, end;
-  cta_items(static_cast<long long>(a.num_tokens) * HIDDEN, begin, end);
   int parity = 0;
   for (int base = begin, count = 0; base < end; base += count, parity ^= 1) {
     // This batch: up to G output columns of one token (they share the intermediate chunks).
