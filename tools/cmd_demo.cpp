@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 
@@ -56,6 +57,7 @@ bool run_on_gpu(Runtime& rt, const ModelMoeConfig& model) {
     fmt::print("  MoE layer M={:<5} tiles {:<58} rel. error {:.2e} over {} tokens: {}\n", tokens,
                layer.tile_config(tokens).describe(), err, sample.size(),
                pass ? "PASS (vs the fp64 CPU reference)" : "FAIL");
+    std::fflush(stdout);  // each result as it comes (a large layer's CPU reference takes minutes)
     ok = ok && pass;
   }
   return ok;
