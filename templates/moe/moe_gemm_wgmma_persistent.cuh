@@ -384,12 +384,13 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         }
       else if constexpr (PROMOTED) {
         // The sums of each k tile join d apart (quant_promotes_k_tiles), block-scaled ones scaled
-        // on the way: wait for this one, free its slot, promote. The other consumer warpgroup's wgmmas keep the tensor cores busy meanwhile, for
-        // as long as this one's instructions between its k tiles take: scale addresses are found
-        // once per tile and the ring position advances by a step, not by % STAGES. GEMM1 loads k
-        // tile i + 1's scales while tile i's wgmmas run (its FMULs had waited on them); GEMM2, of
-        // short k loops, loads each k tile's before its wait (a fetch ahead measured slower there,
-        // 815 -> 858 us, DeepSeek-V3 TP8 M = 8192, H100).
+        // on the way: wait for this one, free its slot, promote. The other consumer warpgroup's
+        // wgmmas keep the tensor cores busy meanwhile, for as long as this one's instructions
+        // between its k tiles take: the ring position advances by a step, not by % STAGES, and
+        // block scales' addresses are found once per tile. GEMM1 loads k tile i + 1's scales while
+        // tile i's wgmmas run (its FMULs had waited on them); GEMM2, of short k loops, loads each k
+        // tile's before its wait (a fetch ahead measured slower there, 815 -> 858 us, DeepSeek-V3
+        // TP8 M = 8192, H100).
         constexpr bool AHEAD = BLOCK_SCALED && ROLE == kRoleGemm1;
         BlockScales<T::G> scales;
         if constexpr (BLOCK_SCALED)
