@@ -30,6 +30,10 @@ __device__ inline void cp_async_16_ca(unsigned dst, const void* src, bool valid)
   const int src_bytes = valid ? 16 : 0;
   asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
+// Copies 4 bytes global -> shared (small per-tile values without holding a register for them).
+__device__ inline void cp_async_4(unsigned dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
 __device__ inline void cp_async_wait() {

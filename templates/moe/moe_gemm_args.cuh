@@ -164,7 +164,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_min_ctas(int block_m, int stages, i
   return fits && threads < 768 ? 768 / threads : 1;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int warps_n, int warps_k) {
-  return 12 * block_m + (warps_k > 1 ? warps_k - 1 : 1) * warps_n * (block_m / 8) * 4 * 32 * 4;
+  return 8 * block_m + (warps_k > 1 ? warps_k - 1 : 1) * warps_n * (block_m / 8) * 4 * 32 * 4;
 }
 
 // The sm_90a wgmma path (moe_gemm_wgmma.cuh): k tiles of one 128-byte row (the 128-byte swizzle:

@@ -109,19 +109,25 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   const int tile = blockIdx.y;
   if (tile >= args.totals[2]) return;
   const int n0 = blockIdx.x * BLOCK_N;
-  const int expert = args.tile_expert[tile];
   const int row0 = tile * BLOCK_M;
+  __shared__ int s_slot[BLOCK_M];  // token * top_k + slot, -1 = padding row
+  __shared__ int s_arow[BLOCK_M];  // row of A to read, -1 = zeros
+  __shared__ float s_partial[WARPS_K > 1 ? WARPS_K - 1 : 1][WARPS_N][NF * 4][32];  // warps wk >= 1
+  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_partial) ==
+                    moe_swap_ab_static_smem_bytes(BLOCK_M, WARPS_N, WARPS_K),
+                "the host checks shared memory with moe_swap_ab_static_smem_bytes");
+  // The tile's slots start by cp.async, as a group of their own before the weights', while the
+  // expert loads: the CTA's first round trips overlap instead of chaining (expert, then slots,
+  // then router weights, all before the staging barrier). The router weights are loaded by the
+  // epilogue. ncu (H100, gpt-oss-120b MXFP4 M = 16) had 16.5% of GEMM1's warp samples waiting at
+  // that barrier; same-run A/B, two rounds: MXFP4 M = 16 / 128 297.8 -> 291.1 / 770 -> 751.8 us,
+  // fp8_block DeepSeek-V3 TP8 M = 16 / 64 227.0 -> 220.9 / 477.3 -> 460.7 us.
+  if (threadIdx.x < BLOCK_M) sm80::cp_async_4(sm80::smem_addr(&s_slot[threadIdx.x]), args.gather_index + row0 + threadIdx.x);
+  sm80::cp_async_commit();
+  const int expert = args.tile_expert[tile];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wn = warp % WARPS_N, wk = warp / WARPS_N;
   const int g = lane >> 2, t = lane & 3;
-
-  __shared__ int s_slot[BLOCK_M];  // token * top_k + slot, -1 = padding row
-  __shared__ int s_arow[BLOCK_M];  // row of A to read, -1 = zeros
-  __shared__ float s_weight[BLOCK_M];
-  __shared__ float s_partial[WARPS_K > 1 ? WARPS_K - 1 : 1][WARPS_N][NF * 4][32];  // warps wk >= 1
-  static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_weight) + sizeof(s_partial) ==
-                    moe_swap_ab_static_smem_bytes(BLOCK_M, WARPS_N, WARPS_K),
-                "the host checks shared memory with moe_swap_ab_static_smem_bytes");
 
   // This lane's two weight rows (-1 past the output columns: they read row 0 and are never stored).
   int wrow[2], col[2];
@@ -173,14 +179,19 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     scale_ptr[h] = SCALED_GROUPS ? static_cast<const unsigned char*>(args.b_scale) + si * kScaleBytes : nullptr;
     zero_ptr[h] = args.b_zero ? args.b_zero + si : nullptr;
   }
-  // The tile's rows (slots, A rows, router weights) into shared memory, then this lane's activation
+  // The tile's rows (slots landed, A rows) in shared memory, then this lane's activation
   // pointers: its 32 k of each n8 fragment's token (padding rows read the tile's first row, a routed
   // row: tiles start with one; they are never stored), and for fp8 blocks the A rows of its
   // accumulator columns (tokens 2t, 2t + 1 of each fragment).
   const unsigned char* a_ptr[NF];
   int a_row[BLOCK_SCALED ? NF : 1][2];
   auto stage_tile_rows = [&]() {
-    moe_tile::stage_rows<ROLE, BLOCK_M, THREADS>(args, row0, s_slot, s_arow, s_weight);
+    sm80::cp_async_wait<ACT_RING ? 0 : STAGES>();  // the slots' group (the STAGES weight groups are younger)
+    if (threadIdx.x < BLOCK_M) {
+      const int slot = s_slot[threadIdx.x];
+      s_arow[threadIdx.x] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + threadIdx.x);
+    }
+    __syncthreads();
 #pragma unroll
     for (int f = 0; f < NF; ++f) {
       const int arow = s_arow[f * 8 + g] >= 0 ? s_arow[f * 8 + g] : s_arow[0];
@@ -377,8 +388,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   {
     LaneScales scales_in_flight[STAGES];
     // Without the activation ring the first blocks' copies need no tile rows: they start before the
-    // rows are staged (two dependent global reads and a barrier), so a CTA's first weights are on
-    // their way while it reads its rows.
+    // rows are staged (the slots' copy landing, a division and a barrier), so a CTA's first weights
+    // are on their way while it reads its rows.
     if constexpr (ACT_RING) stage_tile_rows();
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) scales_in_flight[s] = issue_block(s, s);
@@ -459,7 +470,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
       const int rl = f * 8 + 2 * t + j;
       const int slot = s_slot[rl];
       if (slot < 0) continue;
-      const float w = s_weight[rl];
+      const float w = args.topk_weights != nullptr ? args.topk_weights[slot] : 0.f;
       // fp8 per token / per tensor: the token's activation scale.
       const float token_scale = (quant_scales_in_epilogue(QUANT) && FP8) ? args.a_scale[s_arow[rl] * args.a_scale_ld] : 1.f;
       float v[2] = {acc[f][j] * (row_scale[0] * token_scale), acc[f][2 + j] * (row_scale[1] * token_scale)};
