@@ -104,7 +104,12 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   static_assert(BLOCK_M % 8 == 0 && NF >= 1 && NF <= 4, "BLOCK_M is 8, 16, 24 or 32");
   static_assert(STAGES >= 1 && STAGES <= 16, "1..16 k blocks in flight");
 
-  pdl::wait();
+  // GEMM2 without the activation ring reads nothing of GEMM1's before its first block's math: under
+  // programmatic dependent launch it stages its tile and starts its first weight copies while
+  // GEMM1 finishes (the routing's tile map was complete before GEMM1 let it launch: GEMM1 waits
+  // for the routing first) and waits for the intermediate just before that math (below).
+  constexpr bool WAIT_FIRST = ROLE == kRoleGemm1 || moe_swap_ab_activation_ring(QUANT);
+  if constexpr (WAIT_FIRST) pdl::wait();
   pdl::launch_dependents();
   const int tile = blockIdx.y;
   if (tile >= args.totals[2]) return;
@@ -394,6 +399,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) scales_in_flight[s] = issue_block(s, s);
     if constexpr (!ACT_RING) stage_tile_rows();
+    if constexpr (!WAIT_FIRST) pdl::wait();  // GEMM1's intermediate (A), read from the first block on
     for (; b_base < b_end;) {
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) {
