@@ -8,6 +8,7 @@
 #include <cmath>
 #include <set>
 
+#include "autotune/config_space.h"
 #include "common/error.h"
 #include "common/half_float.h"
 #include "runtime/model_config.h"
@@ -60,6 +61,54 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
       CHECK(e.resources.spill_store_bytes == 0);
       CHECK(e.resources.spill_load_bytes == 0);
     }
+}
+
+// The swap-AB kernel's 8-token tiles are compiled for 768 threads an SM (moe_swap_ab_min_ctas),
+// which caps their registers at 85; the sweeps above hold no 8-token tiles. Every one of the
+// tuner's space compiles without spills but two kinds, held to the spills they had when this test
+// came (twenty-third session): int4's 3- and 4-stage tiles spill a little under the cap and were
+// measured faster with it than without (4-16 bytes at s3, 72 at s4; moe_gemm_args.cuh), and
+// MXFP4 into f16 (through fp32) at 512 threads a CTA, 128 registers, spills 4-8 bytes.
+TEST_CASE("moe: the tuner's 8-token swap-AB tiles compile for sm_90a without spills (int4 s3 / s4: bounded)") {
+  ScratchDir dir("moe-swap-ab-8");
+  Runtime rt(test_options(dir.path() / "cache"));
+  const DeviceLimits limits{227 * 1024, "sm_90a"};
+  std::vector<KernelSpec> specs;
+  std::set<std::string> seen;
+  for (MoeQuant q : {kQuantNone, kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4, kQuantFp8Block, kQuantFp8Channel,
+                     kQuantFp8Tensor})
+    for (MoeDType dtype : {kDTypeBF16, kDTypeF16}) {
+      MoeSpec s = small_layer(16, 4, 512, 256, q == kQuantMxfp4 ? kActSwigluOai : kActSiluMul, dtype, q);
+      if (q == kQuantInt4Group) {
+        s.quant_group = 64;
+        s.quant_zero_points = true;
+      }
+      for (bool gemm1 : {true, false})
+        for (const GemmTile& t : candidate_tiles(s, 8, gemm1, limits)) {
+          if (!t.swap_ab) continue;
+          MoeTileConfig c;
+          c.block_m = 8;
+          c.gemm1 = c.gemm2 = t;
+          for (auto& k : moe_expert_kernel_specs(s, c, "sm_90a"))
+            if (k.family == "moe_gemm_swap_ab" && seen.insert(k.to_json().dump()).second) specs.push_back(k);
+        }
+    }
+  MESSAGE(fmt::format("{} distinct 8-token swap-AB kernels", specs.size()));
+  REQUIRE(specs.size() >= 50);
+  const auto compiled = rt.compile_all(specs);
+  REQUIRE(compiled.size() == specs.size());
+  for (const auto& k : compiled) {
+    const std::string& quant = k->spec.get_string("quant");
+    const int accepted = quant == "int4_group" && k->spec.get_int("stages") >= 3 ? 72
+                         : quant == "mxfp4" && k->spec.get_string("dtype") == "f16" && k->spec.get_int("threads") >= 512
+                             ? 8
+                             : 0;
+    for (const auto& e : k->entries) {
+      INFO(k->spec.to_string() << " entry " << e.name);
+      CHECK(e.resources.spill_store_bytes <= accepted);
+      CHECK(e.resources.spill_load_bytes <= accepted);
+    }
+  }
 }
 
 // The persistent grid takes as many CTAs an SM as registers allow (resident_ctas_per_sm). 64-row
