@@ -159,8 +159,8 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_max_data_registers(int register_lim
 // ran 3-9% faster (H200 decode: gpt-oss MXFP4, DeepSeek-V3 fp8_block, Qwen3 int4): warps in flight,
 // not ring depth, hide the latency. Only where that fits: one n8 fragment, up to 4 stages, and
 // not MXFP4 into f16 (through fp32). int4's 3- and 4-stage tiles spill a little under the cap
-// (4-16 bytes at s3, 72 at s4; the CPU spill test's sweeps have no 8-token tiles) and still run
-// faster with it: H100, Qwen3-30B-A3B int4 M = 128 (the DB's w4x1 s3 GEMM1) 225 us against 237
+// (4-16 bytes at s3, 72 at s4; the CPU test of the tuner's 8-token tiles holds them there) and
+// still run faster with it: H100, Qwen3-30B-A3B int4 M = 128 (the DB's w4x1 s3 GEMM1) 225 us against 237
 // uncapped (98 registers, no spill), three same-run rounds.
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_min_ctas(int block_m, int stages, int quant, int dtype, int threads) {
   const bool fits = block_m == 8 && stages <= 4 && !(quant == kQuantMxfp4 && dtype == kDTypeF16);
