@@ -192,10 +192,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   int a_row[BLOCK_SCALED ? NF : 1][2];
   auto stage_tile_rows = [&]() {
     sm80::cp_async_wait<ACT_RING ? 0 : STAGES>();  // the slots' group (the STAGES weight groups are younger)
-    if (threadIdx.x < BLOCK_M) {
-      const int slot = s_slot[threadIdx.x];
-      s_arow[threadIdx.x] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + threadIdx.x);
-    }
+    if (threadIdx.x < BLOCK_M) s_arow[threadIdx.x] = moe_tile::a_row<ROLE>(args, s_slot[threadIdx.x], row0 + threadIdx.x);
     __syncthreads();
 #pragma unroll
     for (int f = 0; f < NF; ++f) {
@@ -476,7 +473,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
       const int rl = f * 8 + 2 * t + j;
       const int slot = s_slot[rl];
       if (slot < 0) continue;
-      const float w = args.topk_weights != nullptr ? args.topk_weights[slot] : 0.f;
+      const float w = moe_tile::router_weight(args, slot);
       // fp8 per token / per tensor: the token's activation scale.
       const float token_scale = (quant_scales_in_epilogue(QUANT) && FP8) ? args.a_scale[s_arow[rl] * args.a_scale_ld] : 1.f;
       float v[2] = {acc[f][j] * (row_scale[0] * token_scale), acc[f][2 + j] * (row_scale[1] * token_scale)};

@@ -7,6 +7,7 @@
 #include "common/wgmma_sm90.cuh"
 #include "moe/moe_gemm_args.cuh"
 #include "moe/moe_gemm_store.cuh"
+#include "moe/moe_tile_rows.cuh"
 #include "moe/moe_tile_walk.cuh"
 
 namespace moejit {
@@ -55,7 +56,7 @@ struct ChunkLoader {
 #pragma unroll
     for (int i = 0; i < A_LOADS; ++i) {
       const int r = (tid + i * THREADS) / 8, slot = rows_valid ? args.gather_index[row0 + r] : -1;
-      const int row = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + r);
+      const int row = moe_tile::a_row<ROLE>(args, slot, row0 + r);
       a_chunk[i] = row < 0 ? a_base : a_base + row * args.lda;
       a_valid |= (row >= 0 ? 1u : 0u) << i;
     }

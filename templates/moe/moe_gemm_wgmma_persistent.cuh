@@ -317,9 +317,6 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         if (lane == 0) sm90::mbar_arrive_cluster(empty0 + slot * 8, rank ^ 1);
       }
     };
-    auto fetch_weight = [&](int slot) {
-      return (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
-    };
     // The tile's bias columns, [G][BLOCK_N] by tile column, in s_col_scale's place (free where the
     // format has no epilogue scales; ping-pong groups would need one each): each consumer thread
     // loads its B_ROWS / TILE_THREADS (1 or 2) before the k loop and stores them after it, so the
@@ -332,7 +329,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     int item = claimed ? queued_item(consumed++) : first + group * walkers;
     int expert_next = 0;
     int slot_next = fetch_slot(item, expert_next);
-    float weight_next = fetch_weight(slot_next);
+    float weight_next = moe_tile::router_weight(args, slot_next);
     for (int turn = 0; item < items; ++turn) {
       const int item_after = claimed ? queued_item(consumed++) : item + stride;
       const Work w = locate(item);
@@ -340,7 +337,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       sm90::named_barrier(1 + group, TILE_THREADS);  // the previous tile's epilogue is done with the row arrays
       if (gtid < BLOCK_M) {
         s_slot[gtid] = slot_next;
-        s_arow[gtid] = slot_next < 0 ? -1 : (ROLE == kRoleGemm1 ? slot_next / args.top_k : row0 + gtid);
+        s_arow[gtid] = moe_tile::a_row<ROLE>(args, slot_next, row0 + gtid);
         s_weight[gtid] = weight_next;
       }
       if constexpr (EPILOGUE_SCALED)
@@ -448,7 +445,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
       it += (GROUPS - 1) * local_tiles;  // the other group's item
       sm90::wait<0>();
       if (held >= 0) release(held);
-      weight_next = fetch_weight(slot_next);  // lands during the epilogue
+      weight_next = moe_tile::router_weight(args, slot_next);  // lands during the epilogue
   #pragma unroll
       for (int e = 0; e < T::G * T::NI * 4; ++e) sm90::fence_operand(d[e]);
       // The row arrays' barrier at the loop's top keeps the tile before's epilogue from reading these.

@@ -1,6 +1,6 @@
-// What both moe_gemm kernels (moe_gemm_sm80.cuh, moe_gemm_swap_ab.cuh) read about a row tile of the
-// routing tile map: its routed slots, the A row of each, the router weights; and which weight row
-// feeds an output column (gate / up halves of gated activations), and its bias row.
+// What the moe_gemm kernels (moe_gemm_sm80.cuh, moe_gemm_swap_ab.cuh, the wgmma ones) read about a
+// row tile of the routing tile map: its routed slots, the A row of each, the router weights; and
+// which weight row feeds an output column (gate / up halves of gated activations), and its bias row.
 #pragma once
 
 #include "moe/activation_kinds.cuh"
@@ -8,6 +8,18 @@
 
 namespace moejit {
 namespace moe_tile {
+
+// The row of A that padded row `row` (routed slot `slot`, < 0: padding) reads: GEMM1 the token's X
+// row, GEMM2 the padded row itself; -1 for padding.
+template <int ROLE>
+__device__ inline int a_row(const MoeGemmArgs& args, int slot, int row) {
+  return slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row);
+}
+
+// The router weight of a slot (0 for padding or without router weights).
+__device__ inline float router_weight(const MoeGemmArgs& args, int slot) {
+  return slot >= 0 && args.topk_weights != nullptr ? args.topk_weights[slot] : 0.f;
+}
 
 // Stages the BLOCK_M rows of the tile starting at padded row row0: slot (token * top_k + slot, -1 =
 // padding), the A row to read (GEMM1: the token's X row; GEMM2: the padded row; -1 = padding) and
@@ -17,8 +29,8 @@ __device__ inline void stage_rows(const MoeGemmArgs& args, int row0, int* s_slot
   for (int i = threadIdx.x; i < BLOCK_M; i += THREADS) {
     const int slot = args.gather_index[row0 + i];
     s_slot[i] = slot;
-    s_arow[i] = slot < 0 ? -1 : (ROLE == kRoleGemm1 ? slot / args.top_k : row0 + i);
-    s_weight[i] = (slot >= 0 && args.topk_weights != nullptr) ? args.topk_weights[slot] : 0.f;
+    s_arow[i] = a_row<ROLE>(args, slot, row0 + i);
+    s_weight[i] = router_weight(args, slot);
   }
   __syncthreads();
 }
