@@ -61,6 +61,13 @@ __host__ __device__ constexpr int gemv2_min_ctas(int vec, int x) { return gemv2_
 __host__ __device__ constexpr int gemv2_budget(int vec, int x) {
   return gemv2_wide(vec, x) || gemv2_steps(vec) < 6 ? kChunks : 10;
 }
+// Items (a token's TOPK intermediate rows: vec chunks) a step of gemv2 reads side by side: several
+// when one is at most half the CTA, a whole number of warps each (else 1: threads past vec idle).
+__host__ __device__ constexpr int gemv2_split(int vec) {
+  return vec % 32 == 0 && 2 * vec <= kThreads && kThreads % vec == 0 ? kThreads / vec : 1;
+}
+// The chunks one step of gemv2 spans (its Walk's VEC).
+__host__ __device__ constexpr int gemv2_walk_vec(int vec) { return vec * gemv2_split(vec); }
 
 __device__ inline uint4 load_stream(const void* p) {  // weights: read once, keep them out of L1
   uint4 v;
@@ -125,26 +132,29 @@ __device__ inline float dot16_e4m3(uint4 w, uint4 x0, uint4 x1) {
   return acc;
 }
 
+inline constexpr int kQuantizeBatch = 8;  // groups a warp of quantize_rows loads before reducing any
+
 // rows x cols DTYPE (row stride ld) -> the e4m3-quantized values as f16 times 2^-8, q [rows][cols],
 // and scale * kFp8ProductScale, s [rows][ceil(cols / 128)], in shared memory. The quantization is
 // moe_act_quant's group128 mode: one warp per (row, 128 columns), scale = max(amax, 1e-10) / 448,
 // q = e4m3(x / scale). cols is a multiple of 4. Each warp loads 8 groups before reducing any.
+// The warps doing it are warp .. of `warps` (all of the CTA's, or those not routing a token).
 template <int DTYPE>
 __device__ inline void quantize_rows(const unsigned short* in, long long ld, int rows, int cols, unsigned short* q,
-                                     float* s) {
-  constexpr int kGroup = kQuantFp8BlockSize, kBatch = 8;
+                                     float* s, int warp = threadIdx.x >> 5, int warps = kWarps) {
+  constexpr int kGroup = kQuantFp8BlockSize, kBatch = kQuantizeBatch;
   const int groups = (cols + kGroup - 1) / kGroup, lane = threadIdx.x & 31;
-  for (int first = threadIdx.x >> 5; first < rows * groups; first += kWarps * kBatch) {
+  for (int first = warp; first < rows * groups; first += warps * kBatch) {
     float v[kBatch][4];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int item = first + u * kWarps, row = item / groups, c = (item % groups) * kGroup + lane * 4;
+      const int item = first + u * warps, row = item / groups, c = (item % groups) * kGroup + lane * 4;
       v[u][0] = v[u][1] = v[u][2] = v[u][3] = 0.f;
       if (item < rows * groups && c < cols) act_quant::load4<DTYPE>(in + row * ld + c, v[u]);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int item = first + u * kWarps, row = item / groups, c = (item % groups) * kGroup + lane * 4;
+      const int item = first + u * warps, row = item / groups, c = (item % groups) * kGroup + lane * 4;
       if (item >= rows * groups) break;  // uniform across the warp
       const float scale = act_quant::group_scale<32>(
           fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])), fmaxf(fabsf(v[u][2]), fabsf(v[u][3]))));
@@ -201,11 +211,10 @@ struct Picks {
   int flags;
 };
 
+// Warp t < num_tokens routes token t (after route_begin; the caller's barrier publishes the picks).
 template <int TOPK, int NUM_EXPERTS, int EPL, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
           int LOGIT_DTYPE>
-__device__ inline void route(const MoeDecodeArgs& a, Picks& p) {
-  if (threadIdx.x == 0) p.flags = 0;
-  __syncthreads();
+__device__ inline void route_token(const MoeDecodeArgs& a, Picks& p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   if (warp < a.num_tokens) {
     int id = -1;
@@ -236,6 +245,18 @@ __device__ inline void route(const MoeDecodeArgs& a, Picks& p) {
       p.local[warp * TOPK + lane] = local;
     }
   }
+}
+
+__device__ inline void route_begin(Picks& p) {
+  if (threadIdx.x == 0) p.flags = 0;
+  __syncthreads();
+}
+
+template <int TOPK, int NUM_EXPERTS, int EPL, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
+          int LOGIT_DTYPE>
+__device__ inline void route(const MoeDecodeArgs& a, Picks& p) {
+  route_begin(p);
+  route_token<TOPK, NUM_EXPERTS, EPL, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, p);
   __syncthreads();
 }
 
@@ -295,10 +316,21 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   const float* xs = reinterpret_cast<const float*>(xq + a.num_tokens * HIDDEN);
   pdl::wait();  // launched after whatever wrote x and the logits
   pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
-  if constexpr (FP8)
-    quantize_rows<DTYPE>(static_cast<const unsigned short*>(a.x), a.ldx, a.num_tokens, HIDDEN, xq,
-                         const_cast<float*>(xs));
-  route<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
+  // Warps 0 .. num_tokens - 1 route a token each while the others quantize x (fp8): the two
+  // latency chains overlap instead of adding up (all warps quantize when none is left over).
+  route_begin(picks);
+  route_token<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
+  // Only where the spare warps need no more passes than all of them would (one token of
+  // DeepSeek-V3's 56 groups: 7 warps x 8 at once; two tokens on 6 warps were 2 us slower).
+  if constexpr (FP8) {
+    const int warp = threadIdx.x >> 5, spare = kWarps - a.num_tokens, groups = a.num_tokens * GROUPS;
+    const int pass = kWarps * kQuantizeBatch;
+    const bool overlap = spare > 0 && (groups + spare * kQuantizeBatch - 1) / (spare * kQuantizeBatch) <= (groups + pass - 1) / pass;
+    if (!overlap || warp >= a.num_tokens)
+      quantize_rows<DTYPE>(static_cast<const unsigned short*>(a.x), a.ldx, a.num_tokens, HIDDEN, xq,
+                           const_cast<float*>(xs), overlap ? warp - a.num_tokens : warp, overlap ? spare : kWarps);
+  }
+  __syncthreads();
   if (blockIdx.x == 0) publish<TOPK>(a, picks);
   const unsigned short* x = static_cast<const unsigned short*>(a.x);
   const unsigned char* w1 = static_cast<const unsigned char*>(a.w1);
@@ -397,15 +429,19 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
 template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
           int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
 __global__ void __launch_bounds__(kMoeDecodeThreads,
-                                      moe_decode_detail::gemv2_min_ctas(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8),
-                                                                        QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
+                                      moe_decode_detail::gemv2_min_ctas(
+                                          moe_decode_detail::gemv2_walk_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
+                                          QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
   constexpr bool FP8 = QUANT == kQuantFp8Block;
   constexpr int EPC = FP8 ? 16 : 8;
   constexpr int GROUPS = (INTER + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
   constexpr int VEC = TOPK * INTER / EPC;  // 16-byte chunks of a token's intermediate rows
   constexpr int X = FP8 ? 2 : 1;
-  using W = Walk<VEC, 1, X, gemv2_budget(VEC, X)>;
+  // Items shorter than half the CTA (DeepSeek-V3 TP8 fp8: 128 chunks) take SPLIT items per step,
+  // one per VEC threads, instead of leaving the threads past VEC idle.
+  constexpr int SPLIT = gemv2_split(VEC);
+  using W = Walk<gemv2_walk_vec(VEC), 1, X, gemv2_budget(gemv2_walk_vec(VEC), X)>;
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G];
   extern __shared__ uint4 dynamic_smem[];  // fp8: intermediate quantized, as f16 [tokens * TOPK][INTER], then scales
@@ -435,11 +471,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
     quantize_rows<DTYPE>(inter, INTER, a.num_tokens * TOPK, INTER, iq, const_cast<float*>(is));
     __syncthreads();
   }
+  const int sub = SPLIT > 1 ? threadIdx.x / VEC : 0;  // which of a step's SPLIT items the thread reads
   int parity = 0;
   for (int base = begin, count = 0; base < end; base += count, parity ^= 1) {
-    // This batch: up to G output columns of one token (they share the intermediate chunks).
+    // This batch: up to G * SPLIT output columns of one token (they share the intermediate chunks).
     const int t = base / HIDDEN;
-    count = min(W::G, min(end, (t + 1) * HIDDEN) - base);
+    count = min(W::G * SPLIT, min(end, (t + 1) * HIDDEN) - base);
     float acc[W::G];
 #pragma unroll
     for (int g = 0; g < W::G; ++g) acc[g] = 0.f;
@@ -449,7 +486,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
       float scale[W::G][W::CH];
 #pragma unroll
       for (int c = 0; c < W::CH; ++c) {
-        const int p = threadIdx.x + (s0 + c) * kThreads;
+        const int p = (SPLIT > 1 ? threadIdx.x % VEC : threadIdx.x) + (s0 + c) * kThreads;
         const int k = p * EPC / INTER, off = p * EPC - k * INTER;  // slot of the chunk, column in its row
         const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < VEC);
         const int e = in_row ? picks.local[t * TOPK + k] : -1;  // a dropped slot's rows are not read
@@ -466,8 +503,9 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
         const float act_scale = FP8 && e >= 0 ? is[(t * TOPK + k) * GROUPS + group] : 1.f;
 #pragma unroll
         for (int g = 0; g < W::G; ++g) {
-          const int col = (base + g) % HIDDEN;
-          const bool ok = e >= 0 && g < count;
+          const int j = g * SPLIT + sub;  // the item's place in the batch
+          const int col = (base + j) % HIDDEN;
+          const bool ok = e >= 0 && j < count;
           wv[g][c] = ok ? load_stream(w2 + e * a.w2_expert_stride + col * a.ldw2 + off * (FP8 ? 1 : 2)) : make_uint4(0, 0, 0, 0);
           scale[g][c] = w;
           if constexpr (FP8)
@@ -490,7 +528,10 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
     __syncthreads();
     const int item = base + threadIdx.x, col = item % HIDDEN;
     if (static_cast<int>(threadIdx.x) < count) {
-      float v = cta_total(red[parity], threadIdx.x);
+      float v = 0.f;  // the warps of item threadIdx.x's VEC threads
+      const int g = threadIdx.x / SPLIT, sb = threadIdx.x % SPLIT;
+#pragma unroll
+      for (int w = 0; w < kWarps / SPLIT; ++w) v += red[parity][sb * (kWarps / SPLIT) + w][g];
       if (a.b2) {  // sum of w_k * b2[e_k][col] (w_k = 1 when the weight went on the input)
 #pragma unroll
         for (int k = 0; k < TOPK; ++k) {

@@ -36,6 +36,7 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
   for (const auto& c : moe_model_cases()) add(c);
   for (const auto& c : moe_mode_cases()) add(c);
   for (const auto& c : moe_quant_cases()) add(c);
+  for (const auto& c : moe_decode_gemv_cases()) add(c);
   for (const auto& c : moe_split_k_cases()) add(c);
   auto sweep = moe_tile_sweep_cases();
   for (auto& c : moe_quant_tile_sweep_cases(227 * 1024, "sm_90a")) sweep.push_back(std::move(c));

@@ -357,7 +357,7 @@ TEST_CASE("gpu moe: the decode GEMV equals the fp64 reference and routes as the 
   Runtime rt(test_options(""));
   if (!gpu_or_skip(rt, "gpu moe decode GEMV")) return;
   std::vector<MoeCase> cases;
-  for (const auto& list : {moe_matrix_cases(), moe_model_cases(), moe_mode_cases(), moe_quant_cases()})
+  for (const auto& list : {moe_matrix_cases(), moe_model_cases(), moe_mode_cases(), moe_quant_cases(), moe_decode_gemv_cases()})
     for (const auto& c : list)
       if (decode_gemv_supported(c.spec, rt.device_arch())) cases.push_back(c);
   REQUIRE(cases.size() >= 10);

@@ -137,6 +137,22 @@ std::vector<MoeCase> moe_mode_cases() {
   return out;
 }
 
+std::vector<MoeCase> moe_decode_gemv_cases() {
+  std::vector<MoeCase> out;
+  auto add = [&](MoeSpec s) { out.push_back({fmt::format("decode GEMV {}", s.describe()), s, {1, 7}}); };
+  MoeSpec tp8 = small_layer(16, 8, 512, 256, kActSiluMul, kDTypeBF16, kQuantFp8Block);  // 128 loads: 2 per step
+  deepseek_v3_routing(tp8);
+  add(tp8);
+  MoeSpec oai = small_layer(12, 4, 384, 128, kActSwigluOai, kDTypeF16, kQuantFp8Block);  // 32 loads: 8 per step
+  oai.has_bias = true;
+  add(oai);
+  MoeSpec gelu = small_layer(12, 4, 256, 128, kActGeluMul, kDTypeBF16);  // 64 loads: 4 per step
+  gelu.has_bias = true;
+  add(gelu);
+  add(small_layer(16, 2, 384, 128, kActRelu2, kDTypeF16));  // 32 loads: 8 per step
+  return out;
+}
+
 std::vector<MoeCase> moe_quant_cases() {
   std::vector<MoeCase> out;
   const std::vector<int> small_tokens = {1, 64, 1000};
