@@ -134,6 +134,18 @@ __device__ inline float dot16_e4m3(uint4 w, uint4 x0, uint4 x1) {
 
 inline constexpr int kQuantizeBatch = 8;  // groups a warp of quantize_rows loads before reducing any
 
+// Bit t set: with t tokens routed by warps 0 .. t - 1, the other warps quantize the tokens' `groups`
+// 128-column groups each in as few passes as all warps would, so gemv1 overlaps the two (a
+// compile-time mask: the runtime test spilled gemv1's registers).
+__host__ __device__ constexpr unsigned quantize_overlap_tokens(int groups) {
+  unsigned mask = 0;
+  for (int t = 1; t < kWarps; ++t) {
+    const int g = t * groups, spare = (kWarps - t) * kQuantizeBatch, all = kWarps * kQuantizeBatch;
+    if ((g + spare - 1) / spare <= (g + all - 1) / all) mask |= 1u << t;
+  }
+  return mask;
+}
+
 // rows x cols DTYPE (row stride ld) -> the e4m3-quantized values as f16 times 2^-8, q [rows][cols],
 // and scale * kFp8ProductScale, s [rows][ceil(cols / 128)], in shared memory. The quantization is
 // moe_act_quant's group128 mode: one warp per (row, 128 columns), scale = max(amax, 1e-10) / 448,
@@ -323,9 +335,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   // Only where the spare warps need no more passes than all of them would (one token of
   // DeepSeek-V3's 56 groups: 7 warps x 8 at once; two tokens on 6 warps were 2 us slower).
   if constexpr (FP8) {
-    const int warp = threadIdx.x >> 5, spare = kWarps - a.num_tokens, groups = a.num_tokens * GROUPS;
-    const int pass = kWarps * kQuantizeBatch;
-    const bool overlap = spare > 0 && (groups + spare * kQuantizeBatch - 1) / (spare * kQuantizeBatch) <= (groups + pass - 1) / pass;
+    const int warp = threadIdx.x >> 5, spare = kWarps - a.num_tokens;
+    const bool overlap = (quantize_overlap_tokens(GROUPS) >> a.num_tokens) & 1u;
     if (!overlap || warp >= a.num_tokens)
       quantize_rows<DTYPE>(static_cast<const unsigned short*>(a.x), a.ldx, a.num_tokens, HIDDEN, xq,
                            const_cast<float*>(xs), overlap ? warp - a.num_tokens : warp, overlap ? spare : kWarps);
