@@ -16,8 +16,8 @@
 // shape (not by the batch), but differs from the GEMM kernels': fast reduce mode only.
 // QUANT: 16-bit weights (8 per 16-byte chunk), or fp8_block w8a8 (16 e4m3 per chunk): each CTA
 // quantizes its activations into shared memory as moe_act_quant does (per token per 128 columns)
-// and scales each chunk's product sum (products exact in f16, pairs added in f16, then fp32) by
-// weight block scale x activation group scale.
+// and scales each chunk's product sum (gemv1: fp32 products; gemv2: products exact in f16, pairs
+// added in f16, then fp32) by weight block scale x activation group scale.
 #pragma once
 
 #include "common/dependent_launch.cuh"
@@ -98,6 +98,12 @@ __device__ inline float dot8(uint4 a, uint4 b, float acc) {
 // quarter-rate conversions bound.)
 inline constexpr float kFp8ProductScale = 256.f;  // undoes the activations' 2^-8
 
+__device__ inline float half_to_float(unsigned bits) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<unsigned short>(bits)));
+  return f;
+}
+
 __device__ inline unsigned hmul2(unsigned a, unsigned b) {
   unsigned d;
   asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
@@ -110,7 +116,35 @@ __device__ inline unsigned hadd2(unsigned a, unsigned b) {
 }
 
 // Sum of the 16 products of e4m3 weight codes w and f16 activations x (x0: elements 0-7, x1: 8-15),
-// / kFp8ProductScale. sm_89+.
+// / kFp8ProductScale, in fp32 (both operands convert exactly). gemv1 takes this one: its sums are
+// quantized to e4m3 again (the intermediate), which turns the f16 pair sums' rounding into whole
+// e4m3 steps of some elements: a DeepSeek-style layer (E = 32, top_k = 4, K = 1536, N = 128) ran
+// 1.41e-2 from the fp64 reference at M = 1 with dot16_e4m3, 1.54e-3 with this (the swap-AB
+// kernel's 1.54e-3), at the same speed on an H100 (DeepSeek-V3 TP8 M = 1 / 2). sm_89+.
+__device__ inline float dot16_e4m3_f32(uint4 w, uint4 x0, uint4 x1) {
+  float acc = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const unsigned ww[4] = {w.x, w.y, w.z, w.w}, xx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // 4 codes of w against 2 words of x
+    unsigned pair[2];
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair[0]) : "h"(static_cast<unsigned short>(ww[i] & 0xffffu)));
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair[1]) : "h"(static_cast<unsigned short>(ww[i] >> 16)));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const unsigned x = xx[2 * i + h];
+      acc = fmaf(half_to_float(pair[h] & 0xffffu), half_to_float(x & 0xffffu), acc);
+      acc = fmaf(half_to_float(pair[h] >> 16), half_to_float(x >> 16), acc);
+    }
+  }
+#else
+  __trap();
+#endif
+  return acc;
+}
+
+// The same sum with the products' pairs added in f16 first (the products are exact in f16): gemv2,
+// whose sums are the layer's output.
 __device__ inline float dot16_e4m3(uint4 w, uint4 x0, uint4 x1) {
   float acc = 0.f;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -404,7 +438,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
         for (int c = 0; c < W::CH; ++c)
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            if constexpr (FP8) acc[g][r] = fmaf(dot16_e4m3(wv[g][r][c], xv[c][0], xv[c][X - 1]), sc[g][r][c], acc[g][r]);
+            if constexpr (FP8) acc[g][r] = fmaf(dot16_e4m3_f32(wv[g][r][c], xv[c][0], xv[c][X - 1]), sc[g][r][c], acc[g][r]);
             else acc[g][r] = dot8<DTYPE>(wv[g][r][c], xv[c][0], acc[g][r]);
           }
     }

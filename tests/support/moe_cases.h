@@ -33,7 +33,8 @@ std::vector<MoeCase> moe_quant_cases();
 
 // Layers whose decode GEMV items (a token's top_k intermediate rows) are at most half a CTA's
 // 16-byte loads, so gemv2 reads several items per step (gemv2_split): fp8_block and 16-bit
-// weights, gated / interleaved / single activations, biases. Tokens 1 and 7.
+// weights, gated / interleaved / single activations, biases; and a DeepSeek-style fp8_block layer
+// where gemv1's rounding shows through the intermediate's quantization. Tokens 1 and 7.
 std::vector<MoeCase> moe_decode_gemv_cases();
 
 // Split-K (fast mode) layers: E=8, top_k=2 with K / N tails; silu_mul, swigluoai and relu2 with
