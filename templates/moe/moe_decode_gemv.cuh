@@ -91,11 +91,11 @@ __device__ inline float dot8(uint4 a, uint4 b, float acc) {
   return acc;
 }
 
-// e4m3 products in f16: the weights' codes convert exactly (cvt e4m3x2 -> f16x2, the one
-// conversion per pair), the activations sit in shared memory as f16 already, times 2^-8 so that a
-// product stays below the f16 maximum (448 * 1.75); two products add in f16, then fp32 sums. (A
-// version converting both operands to fp32 ran DeepSeek-V3 TP8 at ~23 us per token on an H200, the
-// quarter-rate conversions bound.)
+// e4m3 products: the weights' codes convert exactly to f16 (cvt e4m3x2 -> f16x2, the one conversion
+// per pair), the activations sit in shared memory as f16 already, times 2^-8 so that a product
+// stays below the f16 maximum (448 * 1.75); sums per dot16_e4m3. (An early version converting both
+// operands to fp32 in both kernels ran DeepSeek-V3 TP8 at ~23 us per token on an H200; gemv1's
+// fp32 sums today cost nothing measurable on an H100, twenty-fourth session.)
 inline constexpr float kFp8ProductScale = 256.f;  // undoes the activations' 2^-8
 
 __device__ inline float half_to_float(unsigned bits) {
@@ -116,12 +116,15 @@ __device__ inline unsigned hadd2(unsigned a, unsigned b) {
 }
 
 // Sum of the 16 products of e4m3 weight codes w and f16 activations x (x0: elements 0-7, x1: 8-15),
-// / kFp8ProductScale, in fp32 (both operands convert exactly). gemv1 takes this one: its sums are
-// quantized to e4m3 again (the intermediate), which turns the f16 pair sums' rounding into whole
-// e4m3 steps of some elements: a DeepSeek-style layer (E = 32, top_k = 4, K = 1536, N = 128) ran
-// 1.41e-2 from the fp64 reference at M = 1 with dot16_e4m3, 1.54e-3 with this (the swap-AB
-// kernel's 1.54e-3), at the same speed on an H100 (DeepSeek-V3 TP8 M = 1 / 2). sm_89+.
-__device__ inline float dot16_e4m3_f32(uint4 w, uint4 x0, uint4 x1) {
+// / kFp8ProductScale. The weights' codes convert exactly (cvt e4m3x2 -> f16x2, the one conversion
+// per pair) and the products are exact in f16. FP32_SUMS (gemv1): the products convert to fp32 and
+// add there. Its sums are quantized to e4m3 again (the intermediate), which turned f16 pair sums'
+// rounding into whole e4m3 steps of some elements: a DeepSeek-style layer (E = 32, top_k = 4, K =
+// 1536, N = 128) ran 1.41e-2 from the fp64 reference at M = 1 with them, 1.54e-3 with fp32 sums
+// (the swap-AB kernel's 1.54e-3), at the same speed on an H100 (DeepSeek-V3 TP8 M = 1 / 2). Else
+// (gemv2, whose sums are the layer's output) pairs add in f16 first, then fp32. sm_89+.
+template <bool FP32_SUMS>
+__device__ inline float dot16_e4m3(uint4 w, uint4 x0, uint4 x1) {
   float acc = 0.f;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   const unsigned ww[4] = {w.x, w.y, w.z, w.w}, xx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -130,35 +133,17 @@ __device__ inline float dot16_e4m3_f32(uint4 w, uint4 x0, uint4 x1) {
     unsigned pair[2];
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair[0]) : "h"(static_cast<unsigned short>(ww[i] & 0xffffu)));
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(pair[1]) : "h"(static_cast<unsigned short>(ww[i] >> 16)));
+    if constexpr (FP32_SUMS) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const unsigned x = xx[2 * i + h];
-      acc = fmaf(half_to_float(pair[h] & 0xffffu), half_to_float(x & 0xffffu), acc);
-      acc = fmaf(half_to_float(pair[h] >> 16), half_to_float(x >> 16), acc);
+      for (int h = 0; h < 2; ++h) {
+        const unsigned x = xx[2 * i + h];
+        acc = fmaf(half_to_float(pair[h] & 0xffffu), half_to_float(x & 0xffffu), acc);
+        acc = fmaf(half_to_float(pair[h] >> 16), half_to_float(x >> 16), acc);
+      }
+    } else {
+      const unsigned sum = hadd2(hmul2(pair[0], xx[2 * i]), hmul2(pair[1], xx[2 * i + 1]));
+      acc += half_to_float(sum & 0xffffu) + half_to_float(sum >> 16);
     }
-  }
-#else
-  __trap();
-#endif
-  return acc;
-}
-
-// The same sum with the products' pairs added in f16 first (the products are exact in f16): gemv2,
-// whose sums are the layer's output.
-__device__ inline float dot16_e4m3(uint4 w, uint4 x0, uint4 x1) {
-  float acc = 0.f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  const unsigned ww[4] = {w.x, w.y, w.z, w.w}, xx[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {  // 4 codes of w against 2 words of x
-    unsigned lo, hi;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(lo) : "h"(static_cast<unsigned short>(ww[i] & 0xffffu)));
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(hi) : "h"(static_cast<unsigned short>(ww[i] >> 16)));
-    const unsigned pair = hadd2(hmul2(lo, xx[2 * i]), hmul2(hi, xx[2 * i + 1]));
-    float p0, p1;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(p0) : "h"(static_cast<unsigned short>(pair & 0xffffu)));
-    asm("cvt.f32.f16 %0, %1;" : "=f"(p1) : "h"(static_cast<unsigned short>(pair >> 16)));
-    acc += p0 + p1;
   }
 #else
   __trap();
@@ -438,7 +423,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
         for (int c = 0; c < W::CH; ++c)
 #pragma unroll
           for (int r = 0; r < R; ++r) {
-            if constexpr (FP8) acc[g][r] = fmaf(dot16_e4m3_f32(wv[g][r][c], xv[c][0], xv[c][X - 1]), sc[g][r][c], acc[g][r]);
+            if constexpr (FP8) acc[g][r] = fmaf(dot16_e4m3<true>(wv[g][r][c], xv[c][0], xv[c][X - 1]), sc[g][r][c], acc[g][r]);
             else acc[g][r] = dot8<DTYPE>(wv[g][r][c], xv[c][0], acc[g][r]);
           }
     }
@@ -564,7 +549,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
       for (int g = 0; g < W::G; ++g)
 #pragma unroll
         for (int c = 0; c < W::CH; ++c) {
-          if constexpr (FP8) acc[g] = fmaf(scale[g][c], dot16_e4m3(wv[g][c], iv[c][0], iv[c][X - 1]), acc[g]);
+          if constexpr (FP8) acc[g] = fmaf(scale[g][c], dot16_e4m3<false>(wv[g][c], iv[c][0], iv[c][X - 1]), acc[g]);
           else acc[g] = fmaf(scale[g][c], dot8<DTYPE>(wv[g][c], iv[c][0], 0.f), acc[g]);
         }
     }
