@@ -315,11 +315,13 @@ __device__ inline void to_shared(float (&red)[kWarps][G], int g, float v) {
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5][g] = v;
 }
 
-template <int G>
-__device__ inline float cta_total(const float (&red)[kWarps][G], int g) {
+// Partial g's total over WARPS warps from `first` (all of them, or the warps of one of gemv2's
+// split items).
+template <int G, int WARPS = kWarps>
+__device__ inline float cta_total(const float (&red)[kWarps][G], int g, int first = 0) {
   float s = 0.f;
 #pragma unroll
-  for (int w = 0; w < kWarps; ++w) s += red[w][g];
+  for (int w = 0; w < WARPS; ++w) s += red[first + w][g];
   return s;
 }
 
@@ -558,10 +560,9 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
     __syncthreads();
     const int item = base + threadIdx.x, col = item % HIDDEN;
     if (static_cast<int>(threadIdx.x) < count) {
-      float v = 0.f;  // the warps of item threadIdx.x's VEC threads
+      // Item threadIdx.x: partial g of the warps of split item sb.
       const int g = threadIdx.x / SPLIT, sb = threadIdx.x % SPLIT;
-#pragma unroll
-      for (int w = 0; w < kWarps / SPLIT; ++w) v += red[parity][sb * (kWarps / SPLIT) + w][g];
+      float v = cta_total<W::G, kWarps / SPLIT>(red[parity], g, sb * (kWarps / SPLIT));
       if (a.b2) {  // sum of w_k * b2[e_k][col] (w_k = 1 when the weight went on the input)
 #pragma unroll
         for (int k = 0; k < TOPK; ++k) {

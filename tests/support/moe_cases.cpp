@@ -155,10 +155,9 @@ std::vector<MoeCase> moe_decode_gemv_cases() {
   // stayed inside the band with them too (checked on an H100), so the demo is the reproduction; the
   // case keeps the shape under test.
   MoeSpec requant = small_layer(32, 4, 1536, 128, kActSiluMul, kDTypeBF16, kQuantFp8Block);
-  requant.n_group = 4;
+  deepseek_v3_routing(requant);
+  requant.n_group = 4;  // of 8 experts, as the demo's layer
   requant.topk_group = 2;
-  requant.scoring = Scoring::Sigmoid;
-  requant.routed_scaling_factor = 2.5f;
   add(requant);
   return out;
 }
