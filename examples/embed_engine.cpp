@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
   try {
     const Settings s = parse(argc, argv);
     const ModelMoeConfig model = ModelMoeConfig::from_file(s.config);
-    const MoeSpec spec = model.moe_spec(kDTypeBF16);
+    const MoeSpec spec = model.moe_spec();
     fmt::print("model  {}\nlayer  {}\n", model.describe(), spec.describe());
     Runtime rt{Options::from_env()};
     std::string why;

@@ -80,6 +80,12 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   if (auto* v = first_of(j, {"topk_group"}); v && v->is_number_integer()) m.topk_group = v->get<int>();
   if (auto* v = first_of(j, {"routed_scaling_factor"}); v && v->is_number()) m.routed_scaling_factor = v->get<double>();
   if (auto* v = first_of(j, {"hidden_act"}); v && v->is_string()) m.activation = expert_activation(v->get<std::string>());
+  const nlohmann::json* dtype = first_of(j, {"torch_dtype", "dtype"});
+  if (dtype == nullptr) dtype = first_of(root, {"torch_dtype", "dtype"});
+  if (dtype != nullptr) {
+    if (!dtype->is_string()) throw Error(Phase::Validate, "model config field torch_dtype must be a string");
+    m.dtype = dtype->get<std::string>();
+  }
   // Routing rules the configs imply rather than state.
   if (m.model_type == "gpt_oss") {
     m.scoring = "softmax_after_topk";
@@ -113,9 +119,9 @@ ModelMoeConfig ModelMoeConfig::from_file(const std::filesystem::path& path) {
 }
 
 std::string ModelMoeConfig::describe() const {
-  return fmt::format("{}: E={} top_k={} K={} N={} scoring={} renormalize={} n_group={} topk_group={} scale={}{}",
+  return fmt::format("{}: E={} top_k={} K={} N={} scoring={} renormalize={} n_group={} topk_group={} scale={} {}{}",
                      model_type, num_experts, top_k, hidden, intermediate, scoring, renormalize, n_group, topk_group,
-                     routed_scaling_factor, quant == "none" ? "" : " quant=" + quant);
+                     routed_scaling_factor, dtype, quant == "none" ? "" : " quant=" + quant);
 }
 
 RouterConfig ModelMoeConfig::router_config(int block_m) const {
@@ -129,6 +135,14 @@ RouterConfig ModelMoeConfig::router_config(int block_m) const {
   c.routed_scaling_factor = static_cast<float>(routed_scaling_factor);
   c.block_m = block_m;
   return c;
+}
+
+MoeSpec ModelMoeConfig::moe_spec() const {
+  if (dtype != "bfloat16" && dtype != "float16")
+    throw Error(Phase::Validate, fmt::format("model config: torch_dtype {}: moejit's experts run in bfloat16 or float16 "
+                                             "(pass the dtype explicitly, e.g. moejit tune --dtype bf16)",
+                                             dtype));
+  return moe_spec(static_cast<MoeDType>(parse_dtype(dtype)));
 }
 
 MoeSpec ModelMoeConfig::moe_spec(MoeDType dtype) const {

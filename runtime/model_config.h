@@ -26,6 +26,10 @@ struct ModelMoeConfig {
   double routed_scaling_factor = 1.0;
   std::string activation = "silu_mul";  // from hidden_act: silu -> silu_mul, gelu -> gelu_mul, ...
 
+  // torch_dtype (or dtype, as newer configs spell it): the activations' and 16-bit weights' type,
+  // bfloat16 when the config has neither. moe_spec() takes it; other values (float32) are an error
+  // there, naming the field, unless the caller gives the dtype itself.
+  std::string dtype = "bfloat16";
   bool expert_bias = false;         // gpt-oss: fp32 biases on both expert projections
   bool weight_on_input = false;     // Llama-4: the router weight scales the expert input
   // Expert weight format from quantization_config (docs/quantization.md): quant_method mxfp4 ->
@@ -38,8 +42,10 @@ struct ModelMoeConfig {
 
   // The router this model uses (scoring rule, grouping, renormalization, scaling).
   RouterConfig router_config(int block_m = 64) const;
-  // The MoE layer of this model (activation from hidden_act; gpt-oss: swigluoai with biases).
-  MoeSpec moe_spec(MoeDType dtype = kDTypeBF16) const;
+  // The MoE layer of this model (activation from hidden_act; gpt-oss: swigluoai with biases), in
+  // the config's dtype or the one given.
+  MoeSpec moe_spec() const;
+  MoeSpec moe_spec(MoeDType dtype) const;
 
   static ModelMoeConfig from_json(const nlohmann::json& config);  // throws Error(Validate)
   static ModelMoeConfig from_file(const std::filesystem::path& path);

@@ -40,7 +40,7 @@ bool run_on_gpu(Runtime& rt, const ModelMoeConfig& model) {
   auto& dev = rt.device();
   fmt::print("\nGPU: {} (sm_{}{}, {} SMs) -> compiling for {}\n", dev.info().name, dev.info().cc_major,
              dev.info().cc_minor, dev.info().sm_count, dev.info().arch());
-  const MoeSpec spec = model.moe_spec(kDTypeBF16);
+  const MoeSpec spec = model.moe_spec();
   MoeLayer layer(rt, spec);
   const int max_tokens = 4096;
   layer.prepare(max_tokens);

@@ -27,7 +27,7 @@ nothing). MoeLayer reads the DB in prepare().
                    "intermediate": 1408, "activation": "silu_mul", ...}
   --tp N           tensor parallelism: each rank holds intermediate / N of every expert
   --ep N           expert parallelism: each rank holds num_experts / N experts
-  --dtype T        bf16 (default) or fp16
+  --dtype T        bf16 or fp16 (default: the model config's torch_dtype, else bf16; a --spec file's own dtype)
   --quant FORMAT   expert weights: none (default), int8_channel, int4_group (groups of 128), mxfp4,
                    fp8_block, fp8_channel, fp8_tensor (tuned DB entries are keyed by format)
   --batches LIST   batch sizes (default 1,2,4,...,8192: every power of two)
@@ -68,7 +68,7 @@ int cmd_tune(const std::vector<std::string>& argv) {
   std::string name;
   if (args.has("model")) {
     const ModelMoeConfig model = ModelMoeConfig::from_file(args.get("model"));
-    spec = model.moe_spec(dtype);
+    spec = args.has("dtype") ? model.moe_spec(dtype) : model.moe_spec();
     name = model.model_type;
   } else {
     spec = MoeSpec::from_json(nlohmann::json::parse(read_file(args.get("spec"))));

@@ -340,6 +340,20 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
   CHECK_THROWS_AS(spec_of(R"({"model_type":"x","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
                               "intermediate_size":64,"hidden_act":"mish"})"),
                   Error);
+  // The layer runs in the config's torch_dtype (or dtype); bfloat16 when it names none.
+  CHECK(gelu.dtype == kDTypeBF16);
+  const MoeSpec f16 = spec_of(R"({"model_type":"mixtral","num_local_experts":8,"num_experts_per_tok":2,
+                                  "hidden_size":64,"intermediate_size":64,"torch_dtype":"float16"})");
+  CHECK(f16.dtype == kDTypeF16);
+  const MoeSpec llama_f16 = spec_of(R"({"model_type":"llama4","text_config":{"num_local_experts":16,
+                                        "num_experts_per_tok":1,"hidden_size":64,"intermediate_size":64,
+                                        "dtype":"float16"},"torch_dtype":"bfloat16"})");
+  CHECK(llama_f16.dtype == kDTypeF16);  // the text model's own field wins
+  const auto fp32 = ModelMoeConfig::from_json(nlohmann::json::parse(
+      R"({"model_type":"x","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,"intermediate_size":64,
+          "torch_dtype":"float32"})"));
+  CHECK_THROWS_AS(fp32.moe_spec(), Error);  // no float32 experts: said, not run as bf16
+  CHECK(fp32.moe_spec(kDTypeBF16).dtype == kDTypeBF16);  // unless the caller picks the dtype
 }
 
 TEST_CASE("half floats: round to nearest even, exact round trips") {
