@@ -274,19 +274,18 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
 }
 
 std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens, const std::string& arch) {
-  // The first token count of every bucket, plus both ends.
-  std::vector<long long> counts = {1, std::max(max_tokens, 1)};
-  for (int bound : kBucketRows) counts.push_back(static_cast<long long>(bound) * spec.local_experts() / spec.top_k + 1);
-  counts.push_back(static_cast<long long>(kWgmmaMinRows - 1) * spec.local_experts() / spec.top_k + 1);
-  // The first count whose GEMM1 has kWgmmaMinDecodeTiles tiles (see heuristic_tile_config).
-  long long first_wide = 1;
-  while (first_wide < max_tokens && gemm1_decode_tiles(spec, first_wide) < kWgmmaMinDecodeTiles) ++first_wide;
-  counts.push_back(first_wide);
+  // Every batch size: the decode tiles change inside a bucket (swap-AB warps along k with the
+  // touched experts, the GEMV's token limit), and a bucket's first count missed them (4-bit layers
+  // compiled swap-AB tiles at their first forward, under an engine's graph capture). Past
+  // kExactCounts tokens every rule depends on rows per expert alone (> 64 there unless E / top_k >
+  // 1024): 1/4096 steps, and the end.
+  constexpr int kExactCounts = 1 << 16;
   std::vector<MoeTileConfig> out;
-  for (long long m : counts) {
-    if (m < 1 || m > std::max(max_tokens, 1)) continue;
-    const MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(m), true, arch);
+  const int last = std::max(max_tokens, 1);
+  for (int m = 1;; m = m < kExactCounts ? m + 1 : static_cast<int>(std::min<long long>(last, m + m / 4096LL))) {
+    const MoeTileConfig c = heuristic_tile_config(spec, m, true, arch);
     if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+    if (m >= last) break;
   }
   return out;
 }

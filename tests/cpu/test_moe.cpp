@@ -276,6 +276,38 @@ TEST_CASE("moe: tile heuristic stays in bounds and prepare() covers every config
     }
 }
 
+TEST_CASE("moe: on sm_90a, prepare()'s heuristic configs cover every batch size in every weight format") {
+  // The heuristic's decode tiles (swap-AB warps along k, the GEMV) change with M inside a bucket:
+  // an untuned layer's prepare() must compile each, or a forward compiles under an engine's graph capture.
+  struct Shape {
+    int e, k, hidden, inter;
+    MoeActivation act;
+  };
+  for (const Shape& sh : {Shape{128, 4, 2880, 2880, kActSwigluOai}, Shape{128, 8, 2048, 768, kActSiluMul},
+                          Shape{256, 8, 7168, 256, kActSiluMul}, Shape{8, 2, 4096, 14336, kActSiluMul},
+                          Shape{48, 6, 2880, 640, kActSiluMul}})
+    for (MoeQuant q : {kQuantNone, kQuantMxfp4, kQuantInt4Group, kQuantInt8Channel, kQuantFp8Block, kQuantFp8Channel}) {
+      MoeSpec s;
+      s.num_experts = sh.e;
+      s.top_k = sh.k;
+      s.hidden = sh.hidden;
+      s.intermediate = sh.inter;
+      s.activation = sh.act;
+      s.has_bias = sh.act == kActSwigluOai;
+      s.quant = q;
+      if (q == kQuantFp8Block && sh.act == kActSwigluOai) continue;  // interleaved gate / up across 128-row blocks
+      const int max_m = 8192;
+      const auto all = heuristic_tile_configs(s, max_m, "sm_90a");
+      int missed = 0;
+      for (int m = 1; m <= max_m; ++m) {
+        const MoeTileConfig c = heuristic_tile_config(s, m, true, "sm_90a");
+        if (std::find(all.begin(), all.end(), c) == all.end() && missed++ < 3)
+          FAIL_CHECK(fmt::format("{} M={}: {} is not among prepare()'s configs", s.describe(), m, c.describe()));
+      }
+      CHECK(missed == 0);
+    }
+}
+
 TEST_CASE("moe: fp64 reference on hand-computed cases") {
   CHECK(reference_activation_gated(kActSwigluOai, 10.0, 10.0, 1.702, 7.0) ==
         doctest::Approx(7.0 / (1.0 + std::exp(-1.702 * 7.0)) * 8.0));
