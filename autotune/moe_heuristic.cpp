@@ -198,8 +198,15 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     }
   }
   // Few tokens per expert and 4-bit weights: the swap-AB kernel (dequantization in registers; in
-  // shared memory it bounds decode). Eight tokens per tile while most experts get fewer.
-  if (swap_ab && rows <= 16 && quant_weight_bits(spec.quant) == 4 && swap_ab_supported_both(spec)) {
+  // shared memory it bounds decode). Eight tokens per tile while most experts get fewer. fp8 (w8a8)
+  // up to 8 rows per expert too, as the tuner picks for DeepSeek-V3 TP8 fp8_block M = 4 .. 128.
+  // H100, no DB, against the bm16 shared-memory tiles before: DeepSeek-V3 TP8 fp8_block M = 4 / 16
+  // / 64 / 128 / 256 98.9 / 264.9 / 529.3 / 614.3 / 642.3 -> 85.6 / 224.6 / 471.5 / 558.0 / 634.5
+  // us; unseen layers fp8_block E = 48, top_k = 6, K = 2880, N = 640 M = 4 / 16 / 64 80.7 / 150.4 /
+  // 169.2 -> 64.5 / 123.3 / 134.8, fp8_channel E = 40, top_k = 5, K = 1536, N = 384 36.0 / 55.9 /
+  // 62.1 -> 26.2 / 48.8 / 57.9.
+  const bool swap_ab_format = quant_weight_bits(spec.quant) == 4 || (quant_is_fp8(spec.quant) && rows <= 8);
+  if (swap_ab && rows <= 16 && swap_ab_format && swap_ab_supported_both(spec)) {
     c.block_m = rows <= 8 ? 8 : 16;
     c.gemm1 = swap_ab_decode_tile(spec, num_tokens, c.block_m, true);
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);
