@@ -212,6 +212,19 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);
     return c;
   }
+  // fp8 past the swap-AB tiles, up to 64 rows per expert: 64-row persistent e4m3 wgmma tiles (the
+  // tuner's pick for DeepSeek-V3 TP8 fp8_block M = 1024), where the shared-memory mma.sync tiles
+  // were 1.1-2.8x slower. H100, no DB: DeepSeek-V3 TP8 fp8_block M = 300 / 512 / 1024 / 2048 620 /
+  // 816 / 1235 / 1894 -> 590 / 619 / 672 / 887 us; unseen fp8_block E = 48, top_k = 6, K = 2880,
+  // N = 640 M = 100 / 256 / 512 164 / 257 / 386 -> 141 / 149 / 177, E = 64, top_k = 6, K = 2048, N =
+  // 1408 M = 150 / 333 / 600 274 / 435 / 569 -> 246 / 254 / 273, fp8_channel E = 40, top_k = 5,
+  // K = 1536, N = 384 M = 256 / 512 99 / 138 -> 72 / 84 (M = 100, 13 rows: 65.5 -> 68.5).
+  if (quant_is_fp8(spec.quant) && rows > 8 && rows <= kBucketRows[2] && wgmma_supported(spec, arch)) {
+    c.block_m = 64;
+    c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 5, 0, true);
+    c.gemm2 = wgmma_tile(64, 3, 0, true);
+    return c;
+  }
   if (quant_is_fp8(spec.quant) && rows > kBucketRows[2] && wgmma_supported(spec, arch)) {
     // fp8 prefill: e4m3 wgmma, 128 weight rows per tile (block scales keep a k tile's sums apart),
     // persistent (while one consumer warpgroup scales a k tile's sums the other multiplies; on an
