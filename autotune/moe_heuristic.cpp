@@ -48,7 +48,13 @@ GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, b
   for (int wn : {4, 2}) {
     const long long block_n = moe_swap_ab_block_n(wn, gated);
     const long long warps = (cols + block_n - 1) / block_n * tiles * wn;  // at one warp along k
-    const long long wk = std::clamp<long long>(kSwapAbTargetWarps / warps, 1, std::max(1LL, k_blocks / 4));
+    // GEMM1 takes at least two warps along k where its k blocks allow: H100, no DB, MXFP4 gpt-oss-120b
+    // M = 1 / 4 / 16 / 64 38.9 / 120.7 / 330.8 / 700.7 -> 35.0 / 111.4 / 302.8 / 653.0 us, int4
+    // Mixtral-8x7B M = 4 / 16 272 / 411 -> 244 / 376, int4 DeepSeek-V3 TP8 77.4 / 189.8 -> 66.0 /
+    // 170.3, fp8_block DeepSeek-V3 TP8 M = 16 / 64 224.6 / 470.7 -> 220.0 / 462.9 (the tuner's
+    // usual pick; GEMM2's warps along k vary more between layers there).
+    const long long most = std::max(1LL, k_blocks / 4);
+    const long long wk = std::clamp<long long>(kSwapAbTargetWarps / warps, std::min(gemm1 ? 2LL : 1LL, most), most);
     if (wk <= 16 / wn || wn == 2) return swap_ab_tile(wn, static_cast<int>(std::min<long long>(wk, 16 / wn)), 2);
   }
   return swap_ab_tile(4, 1, 2);  // not reached
@@ -205,7 +211,12 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // us; unseen layers fp8_block E = 48, top_k = 6, K = 2880, N = 640 M = 4 / 16 / 64 80.7 / 150.4 /
   // 169.2 -> 64.5 / 123.3 / 134.8, fp8_channel E = 40, top_k = 5, K = 1536, N = 384 36.0 / 55.9 /
   // 62.1 -> 26.2 / 48.8 / 57.9.
-  const bool swap_ab_format = quant_weight_bits(spec.quant) == 4 || (quant_is_fp8(spec.quant) && rows <= 8);
+  // int8 (w8a16) as the 4-bit formats (H100, no DB, int8_channel against the bm16 shared-memory
+  // tiles: Qwen3-30B-A3B M = 1 / 16 / 64 / 256 47.4 / 266.4 / 394.3 / 560.0 -> 29.3 / 167.2 /
+  // 245.8 / 390.1 us, gpt-oss-120b 94.2 / 789.5 / 1659.6 / 1947.0 -> 53.4 / 494.1 / 1053.0 /
+  // 1373.2). The 64-row wgmma tiles from 9 rows instead ran these formats 9-51% slower.
+  const bool swap_ab_format = quant_weight_bits(spec.quant) == 4 || spec.quant == kQuantInt8Channel ||
+                              (quant_is_fp8(spec.quant) && rows <= 8);
   if (swap_ab && rows <= 16 && swap_ab_format && swap_ab_supported_both(spec)) {
     c.block_m = rows <= 8 ? 8 : 16;
     c.gemm1 = swap_ab_decode_tile(spec, num_tokens, c.block_m, true);
@@ -244,6 +255,14 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     c.block_m = rows <= kBucketRows[2] ? 64 : 128;
     c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
     c.gemm2 = wgmma_tile(128, 4, 0, true, spec.fused);
+    if (c.block_m == 64) {
+      // Wider 64-row tiles, both staged (the tuner's pick for MXFP4 gpt-oss-120b M = 512 / 1024 and
+      // int4 Qwen3-30B-A3B M = 256 / 512). H100, no DB: MXFP4 gpt-oss-120b M = 1024 1804-1823 ->
+      // 1498-1500 us, int4 Qwen3-30B-A3B M = 512 / 1024 416 / 576-579 -> 341-345 / 490-496, int8
+      // within -1.6 .. +0.6%.
+      c.gemm1 = wgmma_tile(128, 4, 0, true, true);
+      c.gemm2 = wgmma_tile(256, 3, 0, true, spec.fused);
+    }
     // 128-row tiles: X gathered beforehand, so the producers only convert (H100: gpt-oss-120b mxfp4
     // M = 4096 / 8192 4104 / 6807 -> 3709 / 6164 us, Mixtral-8x7B int4 M = 8192 19287 -> 17327; no
     // change on 64-row tiles).
