@@ -61,13 +61,14 @@ __host__ __device__ constexpr int gemv2_min_ctas(int vec, int x) { return gemv2_
 __host__ __device__ constexpr int gemv2_budget(int vec, int x) {
   return gemv2_wide(vec, x) || gemv2_steps(vec) < 6 ? kChunks : 10;
 }
-// Items (a token's TOPK intermediate rows: vec chunks) a step of gemv2 reads side by side: several
-// when one is at most half the CTA, a whole number of warps each (else 1: threads past vec idle).
-__host__ __device__ constexpr int gemv2_split(int vec) {
+// Items (gemv1: a weight row of K; gemv2: a token's TOPK intermediate rows) of vec chunks a step
+// reads side by side: several when one is at most half the CTA, a whole number of warps each (else
+// 1: threads past vec idle).
+__host__ __device__ constexpr int split_items(int vec) {
   return vec % 32 == 0 && 2 * vec <= kThreads && kThreads % vec == 0 ? kThreads / vec : 1;
 }
-// The chunks one step of gemv2 spans (its Walk's VEC).
-__host__ __device__ constexpr int gemv2_walk_vec(int vec) { return vec * gemv2_split(vec); }
+// The chunks one step spans (the Walk's VEC).
+__host__ __device__ constexpr int step_vec(int vec) { return vec * split_items(vec); }
 
 __device__ inline uint4 load_stream(const void* p) {  // weights: read once, keep them out of L1
   uint4 v;
@@ -339,9 +340,15 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   constexpr int EPC = FP8 ? 16 : 8;  // elements per 16-byte chunk
   constexpr int GROUPS = (HIDDEN + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
   constexpr int X = FP8 ? 2 : 1;  // activation chunks (16 bytes) per weight chunk
-  // At most 4 items per batch: 5 ran Qwen3 / DeepSeek-V2-Lite M = 1 (K = 2048) 6% slower (H200).
-  using W = Walk<HIDDEN / EPC, R, X, kChunks, 4>;
+  // Rows of at most half the CTA (K <= 1024 in 16 bits, 2048 in fp8) take SPLIT items per step,
+  // one per VEC threads, instead of leaving the threads past VEC idle (as gemv2).
+  constexpr int VEC = HIDDEN / EPC;  // 16-byte chunks of a weight row
+  constexpr int SPLIT = split_items(VEC);
+  // At most 4 items per batch and split group: 5 ran Qwen3 / DeepSeek-V2-Lite M = 1 (K = 2048) 6%
+  // slower (H200).
+  using W = Walk<step_vec(VEC), R, X, kChunks, 4>;
   static_assert(HIDDEN % EPC == 0 && INTER % EPC == 0, "whole 16-byte chunks");
+  static_assert(W::G * SPLIT <= kThreads, "a thread per item of a batch");
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G * R];
   extern __shared__ uint4 dynamic_smem[];  // fp8: x quantized, as f16 [tokens][HIDDEN], then scales [tokens][GROUPS]
@@ -368,18 +375,20 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   const unsigned char* w1 = static_cast<const unsigned char*>(a.w1);
   int begin, end;
   cta_items(static_cast<long long>(a.num_tokens) * TOPK * INTER, begin, end);
+  const int sub = SPLIT > 1 ? threadIdx.x / VEC : 0;  // which of a step's SPLIT items the thread reads
   int parity = 0;
   for (int base = begin, count = 0; base < end; base += count, parity ^= 1) {
-    // This batch: up to G items of one token (they share the activation chunks).
+    // This batch: up to G * SPLIT items of one token (they share the activation chunks); this
+    // thread's are items g * SPLIT + sub.
     const int token = base / (TOPK * INTER);
-    count = min(W::G, min(end, (token + 1) * TOPK * INTER) - base);
+    count = min(W::G * SPLIT, min(end, (token + 1) * TOPK * INTER) - base);
     const unsigned char* row[W::G][R];
     const float* row_scale[W::G][R];  // fp8: the weight rows' block scales (one per 128 k)
     bool live[W::G];
 #pragma unroll
     for (int g = 0; g < W::G; ++g) {
-      const int item = base + g, slot = item / INTER, n = item % INTER;
-      const int e = g < count ? picks.local[slot] : -1;
+      const int j = g * SPLIT + sub, item = base + j, slot = item / INTER, n = item % INTER;
+      const int e = j < count ? picks.local[slot] : -1;
       live[g] = e >= 0;
       const int rows[2] = {INTERLEAVED ? 2 * n : n, INTERLEAVED ? 2 * n + 1 : n + INTER};
 #pragma unroll
@@ -401,8 +410,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
       float sc[W::G][R][W::CH];
 #pragma unroll
       for (int c = 0; c < W::CH; ++c) {
-        const int p = threadIdx.x + (s0 + c) * kThreads;  // 16-byte chunk of the row
-        const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < HIDDEN / EPC);
+        const int p = (SPLIT > 1 ? threadIdx.x % VEC : threadIdx.x) + (s0 + c) * kThreads;  // 16-byte chunk of the row
+        const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < VEC);
         const int group = p * EPC / kQuantFp8BlockSize;
 #pragma unroll
         for (int h = 0; h < X; ++h)
@@ -434,16 +443,18 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
 #pragma unroll
       for (int r = 0; r < R; ++r) to_shared(red[parity], g * R + r, acc[g][r]);
     __syncthreads();
-    // Thread g finishes item base + g: router weight (on input), bias, activation.
+    // Thread j finishes item base + j (partial g of split group sb's warps): router weight (on
+    // input), bias, activation.
     const int item = base + threadIdx.x, slot = item / INTER, n = item % INTER;
+    const int g = threadIdx.x / SPLIT, first = threadIdx.x % SPLIT * (kWarps / SPLIT);
     if (static_cast<int>(threadIdx.x) < count && picks.local[slot] >= 0) {
       const int e = picks.local[slot];
       const float w = a.weight_on_input ? picks.weight[slot] : 1.f;
-      float v = cta_total(red[parity], threadIdx.x * R) * w;
+      float v = cta_total<W::G * R, kWarps / SPLIT>(red[parity], g * R, first) * w;
       const float* bias = a.b1 ? a.b1 + e * a.b1_expert_stride : nullptr;
       float out;
       if constexpr (GATED) {
-        float u = cta_total(red[parity], threadIdx.x * R + 1) * w;
+        float u = cta_total<W::G * R, kWarps / SPLIT>(red[parity], g * R + 1, first) * w;
         if (bias) {
           v += bias[INTERLEAVED ? 2 * n : n];
           u += bias[INTERLEAVED ? 2 * n + 1 : n + INTER];
@@ -462,7 +473,7 @@ template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NU
           int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
 __global__ void __launch_bounds__(kMoeDecodeThreads,
                                       moe_decode_detail::gemv2_min_ctas(
-                                          moe_decode_detail::gemv2_walk_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
+                                          moe_decode_detail::step_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
                                           QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
   constexpr bool FP8 = QUANT == kQuantFp8Block;
@@ -472,10 +483,10 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   constexpr int X = FP8 ? 2 : 1;
   // Items shorter than half the CTA (DeepSeek-V3 TP8 fp8: 128 chunks) take SPLIT items per step,
   // one per VEC threads, instead of leaving the threads past VEC idle.
-  constexpr int SPLIT = gemv2_split(VEC);
+  constexpr int SPLIT = split_items(VEC);
   // Split items take batches of up to 10 (DeepSeek-V3 TP8's 18-19 items a CTA in one batch of 2 x
   // 10: M = 1 / 2 28.3 / 49.0 -> 26.5 / 48.3 us on an H100); a whole-CTA item keeps 8 per batch.
-  using W = Walk<gemv2_walk_vec(VEC), 1, X, gemv2_budget(gemv2_walk_vec(VEC), X), (SPLIT > 1 ? 10 : 8)>;
+  using W = Walk<step_vec(VEC), 1, X, gemv2_budget(step_vec(VEC), X), (SPLIT > 1 ? 10 : 8)>;
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G];
   extern __shared__ uint4 dynamic_smem[];  // fp8: intermediate quantized, as f16 [tokens * TOPK][INTER], then scales

@@ -159,6 +159,13 @@ std::vector<MoeCase> moe_decode_gemv_cases() {
   requant.n_group = 4;  // of 8 experts, as the demo's layer
   requant.topk_group = 2;
   add(requant);
+  // gemv1 reads two weight rows a step where one is half the CTA: K = 1024 in 16 bits (interleaved
+  // gate / up with biases), K = 2048 in fp8 (Qwen3-30B-A3B-FP8's hidden size); the layers above
+  // with K = 256 / 512 read eight.
+  MoeSpec oai1024 = small_layer(16, 4, 1024, 128, kActSwigluOai, kDTypeBF16);
+  oai1024.has_bias = true;
+  add(oai1024);
+  add(small_layer(32, 8, 2048, 128, kActSiluMul, kDTypeBF16, kQuantFp8Block));
   return out;
 }
 

@@ -31,10 +31,11 @@ std::vector<MoeCase> moe_mode_cases();
 // bias, unfused, deterministic), gpt-oss-20b in MXFP4 and a DeepSeek-V3-like fp8_block layer.
 std::vector<MoeCase> moe_quant_cases();
 
-// Layers whose decode GEMV items (a token's top_k intermediate rows) are at most half a CTA's
-// 16-byte loads, so gemv2 reads several items per step (gemv2_split): fp8_block and 16-bit
-// weights, gated / interleaved / single activations, biases; and a DeepSeek-style fp8_block layer
-// where gemv1's rounding shows through the intermediate's quantization. Tokens 1 and 7.
+// Layers whose decode GEMV items (gemv1: a weight row; gemv2: a token's top_k intermediate rows)
+// are at most half a CTA's 16-byte loads, so a step reads several side by side (split_items):
+// fp8_block and 16-bit weights, gated / interleaved / single activations, biases; and a
+// DeepSeek-style fp8_block layer where gemv1's rounding shows through the intermediate's
+// quantization. Tokens 1 and 7.
 std::vector<MoeCase> moe_decode_gemv_cases();
 
 // Split-K (fast mode) layers: E=8, top_k=2 with K / N tails; silu_mul, swigluoai and relu2 with
