@@ -20,6 +20,11 @@ constexpr int kBucketRows[] = {16, 32, 64};
 // DeepSeek-V2-Lite 45.5 -> 42.7 / 133 -> 112 / 229 -> 223; DeepSeek-V3 TP8 M = 1 (32 tiles)
 // 46.8 -> 66.5 without the tile bound.
 constexpr int kWgmmaMinRows = 8;
+// bf16 and fp8 wgmma tiles: 128 rows from this many rows per expert on (64 before). H100, no DB,
+// 64 -> 128-row tiles at 49-64 rows: bf16 Qwen3-30B-A3B M = 1024 532 -> 485 us, DeepSeek-V2-Lite M
+// = 640 463 -> 440, Mixtral-8x7B M = 256 1052 -> 991, fp8_block Qwen3-30B-A3B M = 1024 317 -> 305;
+// at 37-50 rows within -2 .. +1.5% (two rounds each).
+constexpr int kWgmmaWideRows = 48;
 constexpr long long kWgmmaMinDecodeTiles = 128;
 
 // GEMM1 tiles of 64 columns over the experts num_tokens can touch (the decode rule below).
@@ -223,20 +228,20 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);
     return c;
   }
-  // fp8 past the swap-AB tiles, up to 64 rows per expert: 64-row persistent e4m3 wgmma tiles (the
-  // tuner's pick for DeepSeek-V3 TP8 fp8_block M = 1024), where the shared-memory mma.sync tiles
+  // fp8 past the swap-AB tiles, up to kWgmmaWideRows rows per expert: 64-row persistent e4m3 wgmma
+  // tiles (the tuner's pick for DeepSeek-V3 TP8 fp8_block M = 1024), where the shared-memory mma.sync tiles
   // were 1.1-2.8x slower. H100, no DB: DeepSeek-V3 TP8 fp8_block M = 300 / 512 / 1024 / 2048 620 /
   // 816 / 1235 / 1894 -> 590 / 619 / 672 / 887 us; unseen fp8_block E = 48, top_k = 6, K = 2880,
   // N = 640 M = 100 / 256 / 512 164 / 257 / 386 -> 141 / 149 / 177, E = 64, top_k = 6, K = 2048, N =
   // 1408 M = 150 / 333 / 600 274 / 435 / 569 -> 246 / 254 / 273, fp8_channel E = 40, top_k = 5,
   // K = 1536, N = 384 M = 256 / 512 99 / 138 -> 72 / 84 (M = 100, 13 rows: 65.5 -> 68.5).
-  if (quant_is_fp8(spec.quant) && rows > 8 && rows <= kBucketRows[2] && wgmma_supported(spec, arch)) {
+  if (quant_is_fp8(spec.quant) && rows > 8 && rows <= kWgmmaWideRows && wgmma_supported(spec, arch)) {
     c.block_m = 64;
     c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 5, 0, true);
     c.gemm2 = wgmma_tile(64, 3, 0, true);
     return c;
   }
-  if (quant_is_fp8(spec.quant) && rows > kBucketRows[2] && wgmma_supported(spec, arch)) {
+  if (quant_is_fp8(spec.quant) && rows > kWgmmaWideRows && wgmma_supported(spec, arch)) {
     // fp8 prefill: e4m3 wgmma, 128 weight rows per tile (block scales keep a k tile's sums apart),
     // persistent (while one consumer warpgroup scales a k tile's sums the other multiplies; on an
     // H200 the tuner picked these for DeepSeek-V3 TP8 fp8_block M = 2048 .. 8192).
@@ -278,7 +283,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     fit_stages(c.gemm2, spec.fused ? kRoleGemm2Rows16 : kRoleGemm2Rows, false);
     return c;
   }
-  // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to 64 rows, 64-row tiles of the
+  // sm_90a, 8 rows per expert and more: warpgroup MMA. Up to kWgmmaWideRows rows, 64-row tiles of the
   // persistent kernel (its producer streams weights across tiles; on an H200 the tuner picked it
   // for Mixtral-8x7B M = 32 .. 128, Qwen3-30B-A3B and DeepSeek-V2-Lite M = 128 / 256, DeepSeek-V3
   // TP8 M = 64 .. 1024); beyond, 128 x 256-weight-row tiles, persistent too: their weight (and
@@ -286,7 +291,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // and the other layers' M = 8192 on an H200).
   if ((rows >= kWgmmaMinRows || gemm1_decode_tiles(spec, num_tokens) >= kWgmmaMinDecodeTiles) &&
       spec.quant == kQuantNone && wgmma_supported(spec, arch)) {
-    if (rows <= kBucketRows[2]) {
+    if (rows <= kWgmmaWideRows) {
       c.block_m = 64;
       c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
       c.gemm2 = wgmma_tile(128, 4, 0, true);
