@@ -229,8 +229,8 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     return c;
   }
   // fp8 past the swap-AB tiles, up to kWgmmaWideRows rows per expert: 64-row persistent e4m3 wgmma
-  // tiles (the tuner's pick for DeepSeek-V3 TP8 fp8_block M = 1024), where the shared-memory mma.sync tiles
-  // were 1.1-2.8x slower. H100, no DB: DeepSeek-V3 TP8 fp8_block M = 300 / 512 / 1024 / 2048 620 /
+  // tiles (the tuner's pick for DeepSeek-V3 TP8 fp8_block M = 1024), where the shared-memory
+  // mma.sync tiles were 1.1-2.8x slower. H100, no DB: DeepSeek-V3 TP8 fp8_block M = 300 / 512 / 1024 / 2048 620 /
   // 816 / 1235 / 1894 -> 590 / 619 / 672 / 887 us; unseen fp8_block E = 48, top_k = 6, K = 2880,
   // N = 640 M = 100 / 256 / 512 164 / 257 / 386 -> 141 / 149 / 177, E = 64, top_k = 6, K = 2048, N =
   // 1408 M = 150 / 333 / 600 274 / 435 / 569 -> 246 / 254 / 273, fp8_channel E = 40, top_k = 5,
@@ -258,15 +258,16 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // stages DTYPE rows.
   if (quant_dequantizes_b(spec.quant) && rows > kBucketRows[0] && wgmma_supported(spec, arch)) {
     c.block_m = rows <= kBucketRows[2] ? 64 : 128;
-    c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
-    c.gemm2 = wgmma_tile(128, 4, 0, true, spec.fused);
     if (c.block_m == 64) {
-      // Wider 64-row tiles, both staged (the tuner's pick for MXFP4 gpt-oss-120b M = 512 / 1024 and
-      // int4 Qwen3-30B-A3B M = 256 / 512). H100, no DB: MXFP4 gpt-oss-120b M = 1024 1804-1823 ->
-      // 1498-1500 us, int4 Qwen3-30B-A3B M = 512 / 1024 416 / 576-579 -> 341-345 / 490-496, int8
-      // within -1.6 .. +0.6%.
+      // 64-row tiles wide, both staged (the tuner's pick for MXFP4 gpt-oss-120b M = 512 / 1024 and
+      // int4 Qwen3-30B-A3B M = 256 / 512). H100, no DB, against GEMM1 64 / GEMM2 128 columns:
+      // MXFP4 gpt-oss-120b M = 1024 1804-1823 -> 1498-1500 us, int4 Qwen3-30B-A3B M = 512 / 1024
+      // 416 / 576-579 -> 341-345 / 490-496, int8 within -1.6 .. +0.6%.
       c.gemm1 = wgmma_tile(128, 4, 0, true, true);
       c.gemm2 = wgmma_tile(256, 3, 0, true, spec.fused);
+    } else {
+      c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
+      c.gemm2 = wgmma_tile(128, 4, 0, true, spec.fused);
     }
     // 128-row tiles: X gathered beforehand, so the producers only convert (H100: gpt-oss-120b mxfp4
     // M = 4096 / 8192 4104 / 6807 -> 3709 / 6164 us, Mixtral-8x7B int4 M = 8192 19287 -> 17327; no

@@ -410,7 +410,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
       float sc[W::G][R][W::CH];
 #pragma unroll
       for (int c = 0; c < W::CH; ++c) {
-        const int p = (SPLIT > 1 ? threadIdx.x % VEC : threadIdx.x) + (s0 + c) * kThreads;  // 16-byte chunk of the row
+        // 16-byte chunk of the row
+        const int p = (SPLIT > 1 ? threadIdx.x % VEC : threadIdx.x) + (s0 + c) * kThreads;
         const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < VEC);
         const int group = p * EPC / kQuantFp8BlockSize;
 #pragma unroll
@@ -443,8 +444,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
 #pragma unroll
       for (int r = 0; r < R; ++r) to_shared(red[parity], g * R + r, acc[g][r]);
     __syncthreads();
-    // Thread j finishes item base + j (partial g of split group sb's warps): router weight (on
-    // input), bias, activation.
+    // Thread j finishes item base + j, partial g summed over its split group's warps (from warp
+    // `first`): router weight (on input), bias, activation.
     const int item = base + threadIdx.x, slot = item / INTER, n = item % INTER;
     const int g = threadIdx.x / SPLIT, first = threadIdx.x % SPLIT * (kWarps / SPLIT);
     if (static_cast<int>(threadIdx.x) < count && picks.local[slot] >= 0) {
