@@ -57,9 +57,13 @@ GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, b
     // M = 1 / 4 / 16 / 64 38.9 / 120.7 / 330.8 / 700.7 -> 35.0 / 111.4 / 302.8 / 653.0 us, int4
     // Mixtral-8x7B M = 4 / 16 272 / 411 -> 244 / 376, int4 DeepSeek-V3 TP8 77.4 / 189.8 -> 66.0 /
     // 170.3, fp8_block DeepSeek-V3 TP8 M = 16 / 64 224.6 / 470.7 -> 220.0 / 462.9 (the tuner's
-    // usual pick; GEMM2's warps along k vary more between layers there).
+    // usual pick). GEMM2 too from 16 k blocks (N >= 1921; the tuner kept one warp for Qwen3's N = 768
+    // and DeepSeek-V3 TP8's 256): MXFP4 gpt-oss-120b M = 4 / 16 / 64 112.1 / 302.8 / 653.9 -> 110.0
+    // / 290.7 / 633.0, int4 Mixtral-8x7B M = 4 / 16 243.4 / 376.1 -> 223.8 / 368.3, int8
+    // gpt-oss-120b M = 16 478.4 -> 471.3 (two rounds each).
     const long long most = std::max(1LL, k_blocks / 4);
-    const long long wk = std::clamp<long long>(kSwapAbTargetWarps / warps, std::min(gemm1 ? 2LL : 1LL, most), most);
+    const long long least = std::min(gemm1 || k_blocks >= 16 ? 2LL : 1LL, most);
+    const long long wk = std::clamp<long long>(kSwapAbTargetWarps / warps, least, most);
     if (wk <= 16 / wn || wn == 2) return swap_ab_tile(wn, static_cast<int>(std::min<long long>(wk, 16 / wn)), 2);
   }
   return swap_ab_tile(4, 1, 2);  // not reached
