@@ -316,14 +316,31 @@ __device__ inline void to_shared(float (&red)[kWarps][G], int g, float v) {
   if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5][g] = v;
 }
 
-// Partial g's total over WARPS warps from `first` (all of them, or the warps of one of gemv2's
-// split items).
+// Partial g's total over WARPS warps from `first` (all of them, or one split group's: split_total).
 template <int G, int WARPS = kWarps>
 __device__ inline float cta_total(const float (&red)[kWarps][G], int g, int first = 0) {
   float s = 0.f;
 #pragma unroll
   for (int w = 0; w < WARPS; ++w) s += red[first + w][g];
   return s;
+}
+
+// A step's threads and its split_items(VEC) items (both kernels): thread t reads chunk t % VEC of
+// item t / VEC of the step; batch item j's partials sit with the warps of its split group.
+template <int VEC>
+__device__ inline int split_sub() {  // which of a step's items the thread reads
+  return split_items(VEC) > 1 ? threadIdx.x / VEC : 0;
+}
+template <int VEC>
+__device__ inline int split_chunk(int step) {  // the thread's 16-byte chunk of its item at a step
+  return (split_items(VEC) > 1 ? threadIdx.x % VEC : threadIdx.x) + step * kThreads;
+}
+// Batch item j's total of its partial `part` (of PARTS per item) over its split group's warps (j
+// unsigned as threadIdx.x: signed division compiled to other code).
+template <int VEC, int PARTS = 1, int G>
+__device__ inline float split_total(const float (&red)[kWarps][G], unsigned j, int part = 0) {
+  constexpr int N = split_items(VEC), WARPS = kWarps / N;
+  return cta_total<G, WARPS>(red, j / N * PARTS + part, j % N * WARPS);
 }
 
 }  // namespace moe_decode_detail
@@ -375,7 +392,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   const unsigned char* w1 = static_cast<const unsigned char*>(a.w1);
   int begin, end;
   cta_items(static_cast<long long>(a.num_tokens) * TOPK * INTER, begin, end);
-  const int sub = SPLIT > 1 ? threadIdx.x / VEC : 0;  // which of a step's SPLIT items the thread reads
+  const int sub = split_sub<VEC>();
   int parity = 0;
   for (int base = begin, count = 0; base < end; base += count, parity ^= 1) {
     // This batch: up to G * SPLIT items of one token (they share the activation chunks); this
@@ -410,8 +427,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
       float sc[W::G][R][W::CH];
 #pragma unroll
       for (int c = 0; c < W::CH; ++c) {
-        // 16-byte chunk of the row
-        const int p = (SPLIT > 1 ? threadIdx.x % VEC : threadIdx.x) + (s0 + c) * kThreads;
+        const int p = split_chunk<VEC>(s0 + c);  // 16-byte chunk of the row
         const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < VEC);
         const int group = p * EPC / kQuantFp8BlockSize;
 #pragma unroll
@@ -444,18 +460,16 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
 #pragma unroll
       for (int r = 0; r < R; ++r) to_shared(red[parity], g * R + r, acc[g][r]);
     __syncthreads();
-    // Thread j finishes item base + j, partial g summed over its split group's warps (from warp
-    // `first`): router weight (on input), bias, activation.
+    // Thread j finishes item base + j: router weight (on input), bias, activation.
     const int item = base + threadIdx.x, slot = item / INTER, n = item % INTER;
-    const int g = threadIdx.x / SPLIT, first = threadIdx.x % SPLIT * (kWarps / SPLIT);
     if (static_cast<int>(threadIdx.x) < count && picks.local[slot] >= 0) {
       const int e = picks.local[slot];
       const float w = a.weight_on_input ? picks.weight[slot] : 1.f;
-      float v = cta_total<W::G * R, kWarps / SPLIT>(red[parity], g * R, first) * w;
+      float v = split_total<VEC, R>(red[parity], threadIdx.x, 0) * w;
       const float* bias = a.b1 ? a.b1 + e * a.b1_expert_stride : nullptr;
       float out;
       if constexpr (GATED) {
-        float u = cta_total<W::G * R, kWarps / SPLIT>(red[parity], g * R + 1, first) * w;
+        float u = split_total<VEC, R>(red[parity], threadIdx.x, 1) * w;
         if (bias) {
           v += bias[INTERLEAVED ? 2 * n : n];
           u += bias[INTERLEAVED ? 2 * n + 1 : n + INTER];
@@ -517,7 +531,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
     quantize_rows<DTYPE>(inter, INTER, a.num_tokens * TOPK, INTER, iq, const_cast<float*>(is));
     __syncthreads();
   }
-  const int sub = SPLIT > 1 ? threadIdx.x / VEC : 0;  // which of a step's SPLIT items the thread reads
+  const int sub = split_sub<VEC>();
   int parity = 0;
   for (int base = begin, count = 0; base < end; base += count, parity ^= 1) {
     // This batch: up to G * SPLIT output columns of one token (they share the intermediate chunks).
@@ -532,7 +546,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
       float scale[W::G][W::CH];
 #pragma unroll
       for (int c = 0; c < W::CH; ++c) {
-        const int p = (SPLIT > 1 ? threadIdx.x % VEC : threadIdx.x) + (s0 + c) * kThreads;
+        const int p = split_chunk<VEC>(s0 + c);
         const int k = p * EPC / INTER, off = p * EPC - k * INTER;  // slot of the chunk, column in its row
         const bool in_row = s0 + c < W::STEPS && (!W::RAGGED || p < VEC);
         const int e = in_row ? picks.local[t * TOPK + k] : -1;  // a dropped slot's rows are not read
@@ -574,9 +588,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
     __syncthreads();
     const int item = base + threadIdx.x, col = item % HIDDEN;
     if (static_cast<int>(threadIdx.x) < count) {
-      // Item threadIdx.x: partial g of the warps of split item sb.
-      const int g = threadIdx.x / SPLIT, sb = threadIdx.x % SPLIT;
-      float v = cta_total<W::G, kWarps / SPLIT>(red[parity], g, sb * (kWarps / SPLIT));
+      float v = split_total<VEC>(red[parity], threadIdx.x);
       if (a.b2) {  // sum of w_k * b2[e_k][col] (w_k = 1 when the weight went on the input)
 #pragma unroll
         for (int k = 0; k < TOPK; ++k) {
