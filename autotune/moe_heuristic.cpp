@@ -172,10 +172,16 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // experts (Mixtral M = 4: 442 -> 522 us; Qwen3, DeepSeek-V2-Lite M = 8).
   // fp8_block (DeepSeek-V3 TP8): 31.8 -> 30.2 us at M = 1, 51.7 -> 48.6 at M = 2, but 72.6 -> 88 at
   // M = 4 against the swap-AB e4m3 kernels: its products cost more instructions per byte.
-  const int most = spec.quant == kQuantFp8Block ? kGemvHeuristicMaxTokensFp8 : kGemvHeuristicMaxTokens;
-  if (decode_gemv && swap_ab && num_tokens >= 1 && num_tokens <= most &&
-      2LL * num_tokens * spec.top_k <= spec.local_experts() && num_tokens <= decode_gemv_max_tokens(spec) &&
-      decode_gemv_supported(spec, arch))
+  // Five and six tokens where at most 3/8 of the experts get a slot (H100, no DB, two rounds: M = 5
+  // / 6 Qwen3-30B-A3B 133 / 152 -> 126 / 139.5 us, DeepSeek-V3 TP8 162 / 187 -> 149 / 175, gpt-oss-120b
+  // 342 / 398 -> 344 / 386; slower at M = 7 / 8, Qwen3 171 / 182 -> 175 / 194, gpt-oss 452 / 499
+  // -> 474 / 523, and for DeepSeek-V2-Lite at M = 5, slots 0.94 of the experts, 171 -> 181).
+  const long long slots = static_cast<long long>(num_tokens) * spec.top_k;
+  const bool sparse = num_tokens <= kGemvHeuristicMaxTokens ? 2 * slots <= spec.local_experts()
+                                                             : 8 * slots <= 3LL * spec.local_experts();
+  const int most = spec.quant == kQuantFp8Block ? kGemvHeuristicMaxTokensFp8 : kGemvHeuristicWideTokens;
+  if (decode_gemv && swap_ab && num_tokens >= 1 && num_tokens <= most && sparse &&
+      num_tokens <= decode_gemv_max_tokens(spec) && decode_gemv_supported(spec, arch))
     return decode_gemv_config();
   // GEMM1 with a gated activation carries gate and up accumulators: half the columns per tile.
   const bool gemm1_gated = spec.fused && activation_is_gated(spec.activation);

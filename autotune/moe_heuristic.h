@@ -116,10 +116,12 @@ constexpr int kMoeMaxSplitK = 8;
 // layer can run it (wgmma_supported). Empty: the portable kernels only.
 // decode_gemv: the decode GEMV pair (decode_gemv_config) for up to kGemvHeuristicMaxTokens tokens
 // whose routed slots are at most half the local experts (slots seldom share an expert: it reads
-// each slot's weights on its own).
+// each slot's weights on its own), and up to kGemvHeuristicWideTokens whose slots are at most
+// 3/8 of them (16-bit weights; fp8_block: up to kGemvHeuristicMaxTokensFp8).
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab = true,
                                     const std::string& arch = "", bool decode_gemv = true);
 constexpr int kGemvHeuristicMaxTokens = 4;
+constexpr int kGemvHeuristicWideTokens = 6;
 constexpr int kGemvHeuristicMaxTokensFp8 = 2;
 // A swap-AB tile (GemmTile::swap_ab), and whether the layer can run one for GEMM1 / GEMM2: the fast
 // reduce mode (its sums' order differs from the shared-memory kernel's) and a reduction length made

@@ -389,9 +389,15 @@ TEST_CASE("autotune: staged persistent epilogues: candidates, shared memory, rou
 
 TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels, nearest bucket, refusals") {
   const MoeSpec q = qwen3();
-  // Up to kGemvHeuristicMaxTokens tokens whose slots are at most half the experts.
-  for (int m = 1; m <= kGemvHeuristicMaxTokens; ++m) CHECK(heuristic_tile_config(q, m, true, "sm_90a").gemv);
-  CHECK_FALSE(heuristic_tile_config(q, kGemvHeuristicMaxTokens + 1, true, "sm_90a").gemv);
+  // Up to kGemvHeuristicMaxTokens tokens whose slots are at most half the experts, then up to
+  // kGemvHeuristicWideTokens whose slots are at most 3/8 of them (Qwen3: 6 x 8 = 48 of 128).
+  for (int m = 1; m <= kGemvHeuristicWideTokens; ++m) CHECK(heuristic_tile_config(q, m, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(q, kGemvHeuristicWideTokens + 1, true, "sm_90a").gemv);
+  MoeSpec dsv2 = q;  // DeepSeek-V2-Lite: 5 x 6 slots are 30 of 64 experts
+  dsv2.num_experts = 64;
+  dsv2.top_k = 6;
+  CHECK(heuristic_tile_config(dsv2, kGemvHeuristicMaxTokens, true, "sm_90a").gemv);  // 24 <= 64 / 2
+  CHECK_FALSE(heuristic_tile_config(dsv2, kGemvHeuristicMaxTokens + 1, true, "sm_90a").gemv);
   CHECK_FALSE(heuristic_tile_config(q, 1, false).gemv);  // the shared-memory kernel's tiles only
   MoeSpec mixtral = q;
   mixtral.num_experts = 8;
