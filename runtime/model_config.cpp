@@ -74,8 +74,14 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   m.top_k = required_int(j, {"num_experts_per_tok", "moe_topk", "top_k"});
   m.hidden = required_int(j, {"hidden_size"});
   m.intermediate = required_int(j, {"moe_intermediate_size", "intermediate_size"});
-  if (auto* v = first_of(j, {"scoring_func"}); v && v->is_string()) m.scoring = v->get<std::string>();
-  if (auto* v = first_of(j, {"norm_topk_prob"}); v && v->is_boolean()) m.renormalize = v->get<bool>();
+  if (m.model_type == "phimoe")  // its router is not a top-k of scores: no silent stand-in
+    throw Error(Phase::Validate, "model config: phimoe routes by sparsemixer, which moejit's router does not "
+                                 "implement; build a MoeSpec yourself and pass the top-k ids and weights (the "
+                                 "modular forward)");
+  const nlohmann::json* scoring = first_of(j, {"scoring_func", "score_function"});
+  if (scoring && scoring->is_string()) m.scoring = scoring->get<std::string>();
+  const nlohmann::json* norm = first_of(j, {"norm_topk_prob"});
+  if (norm && norm->is_boolean()) m.renormalize = norm->get<bool>();
   if (auto* v = first_of(j, {"n_group"}); v && v->is_number_integer()) m.n_group = v->get<int>();
   if (auto* v = first_of(j, {"topk_group"}); v && v->is_number_integer()) m.topk_group = v->get<int>();
   if (auto* v = first_of(j, {"routed_scaling_factor"}); v && v->is_number()) m.routed_scaling_factor = v->get<double>();
@@ -92,6 +98,13 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
     m.activation = "swigluoai";  // gate/up interleaved, alpha 1.702, limit 7
     m.expert_bias = true;
   }
+  // GLM-4.5 / 4.6 (glm4_moe, glm4v_moe): sigmoid scores with a correction bias, grouped top-k,
+  // though their configs name no scoring_func (as vLLM and SGLang run them).
+  if (m.model_type.rfind("glm4", 0) == 0 && m.model_type.find("moe") != std::string::npos &&
+      (scoring == nullptr || !scoring->is_string()))
+    m.scoring = "sigmoid";
+  // Jamba keeps the softmax weights of its top-k as they are (no renormalization) unless it says.
+  if (m.model_type == "jamba" && (norm == nullptr || !norm->is_boolean())) m.renormalize = false;
   if (m.model_type.rfind("llama4", 0) == 0) {
     m.scoring = "sigmoid";  // Llama-4: top-1 on logits, weight = sigmoid(logit)
     m.renormalize = false;

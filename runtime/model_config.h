@@ -1,5 +1,8 @@
 // The MoE part of a Hugging Face config.json (Mixtral, Qwen2/Qwen3-MoE, DeepSeek-V2/V3/V4, gpt-oss,
-// Llama-4): experts, top_k, sizes and the routing rule, with errors that name the missing field.
+// Llama-4, GLM-4.5, Jamba, ...): experts, top_k, sizes and the routing rule, with errors that name the
+// missing field. Rules a model's code implies rather than its config states are set by model_type
+// (gpt-oss, Llama-4, GLM-4.5 sigmoid scores, Jamba without renormalization); a router moejit does
+// not implement (phimoe's sparsemixer) is an error, never a stand-in.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,7 +23,7 @@ struct ModelMoeConfig {
   int top_k = 0;         // num_experts_per_tok
   int hidden = 0;        // hidden_size (K)
   int intermediate = 0;  // moe_intermediate_size, else intermediate_size (N)
-  std::string scoring = "softmax";  // scoring_func
+  std::string scoring = "softmax";  // scoring_func (or score_function)
   bool renormalize = true;          // norm_topk_prob
   int n_group = 1, topk_group = 1;
   double routed_scaling_factor = 1.0;

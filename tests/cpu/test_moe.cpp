@@ -386,6 +386,27 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
           "torch_dtype":"float32"})"));
   CHECK_THROWS_AS(fp32.moe_spec(), Error);  // no float32 experts: said, not run as bf16
   CHECK(fp32.moe_spec(kDTypeBF16).dtype == kDTypeBF16);  // unless the caller picks the dtype
+  // Routing rules the model code implies: GLM-4.5 sigmoid scores (no scoring_func in its config),
+  // Jamba without renormalization, Ling's score_function; phimoe's sparsemixer is refused.
+  const MoeSpec glm = spec_of(R"({"model_type":"glm4_moe","n_routed_experts":128,"num_experts_per_tok":8,
+                                  "hidden_size":4096,"moe_intermediate_size":1408,"n_group":1,"topk_group":1,
+                                  "norm_topk_prob":true,"routed_scaling_factor":1.0,"hidden_act":"silu"})");
+  CHECK(glm.scoring == Scoring::Sigmoid);
+  CHECK(glm.renormalize);
+  const MoeSpec jamba = spec_of(R"({"model_type":"jamba","num_experts":16,"num_experts_per_tok":2,
+                                    "hidden_size":4096,"intermediate_size":14336,"hidden_act":"silu"})");
+  CHECK_FALSE(jamba.renormalize);
+  CHECK(jamba.scoring == Scoring::Softmax);
+  CHECK(spec_of(R"({"model_type":"mixtral","num_local_experts":8,"num_experts_per_tok":2,"hidden_size":64,
+                    "intermediate_size":64})").renormalize);
+  const MoeSpec ling = spec_of(R"({"model_type":"bailing_moe","num_experts":256,"num_experts_per_tok":8,
+                                   "hidden_size":2048,"moe_intermediate_size":512,"score_function":"sigmoid",
+                                   "n_group":8,"topk_group":4,"norm_topk_prob":true})");
+  CHECK(ling.scoring == Scoring::Sigmoid);
+  CHECK(ling.n_group == 8);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"phimoe","num_local_experts":16,"num_experts_per_tok":2,
+                                   "hidden_size":4096,"intermediate_size":6400})"),
+                       doctest::Contains("sparsemixer"), Error);
 }
 
 TEST_CASE("half floats: round to nearest even, exact round trips") {
