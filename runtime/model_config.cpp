@@ -103,6 +103,17 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   if (m.model_type.rfind("glm4", 0) == 0 && m.model_type.find("moe") != std::string::npos &&
       (scoring == nullptr || !scoring->is_string()))
     m.scoring = "sigmoid";
+  // Nemotron-H: sigmoid scores with a correction bias, single-input experts of mlp_hidden_act
+  // (relu2), run in the latent space where it has one (moe_latent_size: the projections in and
+  // out of it are the model's, outside the experts).
+  if (m.model_type == "nemotron_h") {
+    if (scoring == nullptr || !scoring->is_string()) m.scoring = "sigmoid";
+    if (auto* v = first_of(j, {"mlp_hidden_act"}); v && v->is_string()) {
+      const std::string act = v->get<std::string>();
+      m.activation = act == "relu_squared" ? "relu2" : act == "gelu_pytorch_tanh" ? "gelu_tanh" : act;
+    }
+    if (auto* v = first_of(j, {"moe_latent_size"}); v && v->is_number_integer()) m.hidden = v->get<int>();
+  }
   // Jamba keeps the softmax weights of its top-k as they are (no renormalization) unless it says.
   if (m.model_type == "jamba" && (norm == nullptr || !norm->is_boolean())) m.renormalize = false;
   if (m.model_type.rfind("llama4", 0) == 0) {

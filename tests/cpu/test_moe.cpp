@@ -404,6 +404,14 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
                                    "n_group":8,"topk_group":4,"norm_topk_prob":true})");
   CHECK(ling.scoring == Scoring::Sigmoid);
   CHECK(ling.n_group == 8);
+  const MoeSpec nemo = spec_of(R"({"model_type":"nemotron_h","n_routed_experts":128,"num_experts_per_tok":6,
+                                   "hidden_size":2688,"moe_intermediate_size":1856,"mlp_hidden_act":"relu2",
+                                   "norm_topk_prob":true,"routed_scaling_factor":2.5,"n_group":1,"topk_group":1})");
+  CHECK(nemo.scoring == Scoring::Sigmoid);
+  CHECK(nemo.activation == kActRelu2);  // single input: up, relu^2, down
+  CHECK(nemo.hidden == 2688);
+  CHECK(spec_of(R"({"model_type":"nemotron_h","n_routed_experts":512,"num_experts_per_tok":22,"hidden_size":4096,
+                    "moe_latent_size":1024,"moe_intermediate_size":2688,"mlp_hidden_act":"relu2"})").hidden == 1024);
   CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"phimoe","num_local_experts":16,"num_experts_per_tok":2,
                                    "hidden_size":4096,"intermediate_size":6400})"),
                        doctest::Contains("sparsemixer"), Error);
