@@ -54,6 +54,11 @@ void parse_quantization(const nlohmann::json& q, ModelMoeConfig& m) {
     const int bits = q.value("bits", q.value("w_bit", 4));
     if (bits != 4)
       throw Error(Phase::Validate, fmt::format("model config: {} with {} bits (int4_group takes 4)", method, bits));
+    // Act-order GPTQ: a column's scale group is g_idx[k], not k / group_size; the kernels read
+    // consecutive k per group (no g_idx, no column permutation), so it is refused, not misread.
+    if (method == "gptq" && q.value("desc_act", false))
+      throw Error(Phase::Validate, "model config: gptq with desc_act (act-order: scale groups by g_idx, not by "
+                                   "consecutive k) is not supported; quantize without act-order");
     m.quant = "int4_group";
     m.quant_group = q.value("group_size", q.value("q_group_size", 128));
     m.quant_zero_points = method == "awq" ? q.value("zero_point", true) : !q.value("sym", true);

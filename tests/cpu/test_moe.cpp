@@ -412,6 +412,13 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
   CHECK(nemo.hidden == 2688);
   CHECK(spec_of(R"({"model_type":"nemotron_h","n_routed_experts":512,"num_experts_per_tok":22,"hidden_size":4096,
                     "moe_latent_size":1024,"moe_intermediate_size":2688,"mlp_hidden_act":"relu2"})").hidden == 1024);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"qwen3_moe","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
+                                   "moe_intermediate_size":64,"quantization_config":{"quant_method":"gptq","bits":4,
+                                   "group_size":32,"desc_act":true}})"),
+                       doctest::Contains("desc_act"), Error);
+  CHECK(spec_of(R"({"model_type":"qwen3_moe","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
+                    "moe_intermediate_size":64,"quantization_config":{"quant_method":"gptq","bits":4,
+                    "group_size":32,"desc_act":false}})").quant == kQuantInt4Group);
   CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"phimoe","num_local_experts":16,"num_experts_per_tok":2,
                                    "hidden_size":4096,"intermediate_size":6400})"),
                        doctest::Contains("sparsemixer"), Error);
