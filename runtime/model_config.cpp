@@ -67,10 +67,42 @@ void parse_quantization(const nlohmann::json& q, ModelMoeConfig& m) {
                                              "(mxfp4, fp8, gptq, awq)", method));
   }
 }
+
+// DBRX keeps its experts under ffn_config (moe_num_experts, moe_top_k, ffn_hidden_size, ffn_act_fn)
+// and the width as d_model: the same fields under the names the other configs use. Its router
+// divides the top-k weights by their L1 norm (moe_normalize_expert_weights = 1: a renormalization);
+// another norm is an error.
+nlohmann::json dbrx_as_common(const nlohmann::json& root) {
+  const nlohmann::json& ffn = root["ffn_config"];
+  nlohmann::json flat = root;
+  flat.erase("ffn_config");
+  auto copy = [&](const char* from, const char* to) {
+    if (ffn.contains(from)) flat[to] = ffn[from];
+  };
+  copy("moe_num_experts", "num_local_experts");
+  copy("moe_top_k", "num_experts_per_tok");
+  copy("ffn_hidden_size", "intermediate_size");
+  if (root.contains("d_model")) flat["hidden_size"] = root["d_model"];
+  flat["hidden_act"] = "silu";
+  if (ffn.contains("ffn_act_fn") && ffn["ffn_act_fn"].is_object() && ffn["ffn_act_fn"].contains("name"))
+    flat["hidden_act"] = ffn["ffn_act_fn"]["name"];
+  const nlohmann::json norm = ffn.value("moe_normalize_expert_weights", nlohmann::json(1));
+  if (norm.is_null()) {
+    flat["norm_topk_prob"] = false;
+  } else if (norm.is_number() && norm.get<double>() == 1.0) {
+    flat["norm_topk_prob"] = true;
+  } else {
+    throw Error(Phase::Validate, fmt::format("model config: dbrx moe_normalize_expert_weights = {} (only 1, the L1 "
+                                             "renormalization, or null)", norm.dump()));
+  }
+  return flat;
+}
 }  // namespace
 
 ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   if (!root.is_object()) throw Error(Phase::Validate, "model config must be a JSON object");
+  const bool dbrx = root.value("model_type", std::string()) == "dbrx";
+  if (dbrx && root.contains("ffn_config") && root["ffn_config"].is_object()) return from_json(dbrx_as_common(root));
   // Multimodal configs (Llama-4) keep the language model under text_config.
   const nlohmann::json& j = root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
   ModelMoeConfig m;

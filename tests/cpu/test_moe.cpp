@@ -419,6 +419,18 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
   CHECK(spec_of(R"({"model_type":"qwen3_moe","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
                     "moe_intermediate_size":64,"quantization_config":{"quant_method":"gptq","bits":4,
                     "group_size":32,"desc_act":false}})").quant == kQuantInt4Group);
+  const MoeSpec dbrx = spec_of(R"({"model_type":"dbrx","d_model":6144,"torch_dtype":"bfloat16",
+                                   "ffn_config":{"ffn_hidden_size":10752,"moe_num_experts":16,"moe_top_k":4,
+                                   "ffn_act_fn":{"name":"silu"},"moe_normalize_expert_weights":1}})");
+  CHECK(dbrx.num_experts == 16);
+  CHECK(dbrx.top_k == 4);
+  CHECK(dbrx.hidden == 6144);
+  CHECK(dbrx.intermediate == 10752);
+  CHECK(dbrx.activation == kActSiluMul);
+  CHECK(dbrx.renormalize);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"dbrx","d_model":64,"ffn_config":{"ffn_hidden_size":64,
+                                   "moe_num_experts":4,"moe_top_k":2,"moe_normalize_expert_weights":2}})"),
+                       doctest::Contains("moe_normalize_expert_weights"), Error);
   CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"phimoe","num_local_experts":16,"num_experts_per_tok":2,
                                    "hidden_size":4096,"intermediate_size":6400})"),
                        doctest::Contains("sparsemixer"), Error);
