@@ -309,7 +309,10 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     // Activations of the lane's elements for each token, in the weights' run order: landed in the
     // ring, or loaded now (zeros past the end). MXFP4: a block wholly inside the reduction length (all
     // but the last) loads without predicates: the zeroing of the predicated loads' registers cost ~12
-    // instructions a block (ncu SASS).
+    // instructions a block (ncu SASS). Both kinds of block under one branch (load_x), not one per
+    // load: ptxas had wrapped each load in a divergent branch of its own (BSSY / BRA / BSYNC, 90 ->
+    // 64 of them in the gpt-oss GEMM1); same run, two rounds, MXFP4 gpt-oss-120b M = 1 / 16
+    // 35.1-35.3 / 290.6-291.9 -> 34.6-34.9 / 288.6-289.3 us (H100; int4 and int8 unchanged or slower).
     uint4 xr[NF][X_LOADS];
     if constexpr (ACT_RING) {
 #pragma unroll
@@ -318,15 +321,18 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         for (int l = 0; l < X_LOADS; ++l) xr[f][l] = v.x[f][l];
     } else {
       const bool whole_block = QUANT == kQuantMxfp4 && (b_base + i * WARPS_K + 1) * KB <= args.inner;
+      auto load_x = [&](bool guarded) {
 #pragma unroll
-      for (int f = 0; f < NF; ++f)
+        for (int f = 0; f < NF; ++f)
 #pragma unroll
-        for (int l = 0; l < X_LOADS; ++l) {
-          const int k = kb + act_k(l);
-          const uint4* src = reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(k) * EB);
-          if (whole_block) xr[f][l] = __ldg(src);
-          else xr[f][l] = k < k_left ? __ldg(src) : make_uint4(0u, 0u, 0u, 0u);
-        }
+          for (int l = 0; l < X_LOADS; ++l) {
+            const int k = kb + act_k(l);
+            const uint4* src = reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(k) * EB);
+            xr[f][l] = !guarded || k < k_left ? __ldg(src) : make_uint4(0u, 0u, 0u, 0u);
+          }
+      };
+      if (whole_block) load_x(false);
+      else load_x(true);
     }
     // Eight activations (four MMA_DTYPE pairs) of group q for fragment f.
     auto x_group = [&](int f, int q) {
