@@ -245,21 +245,21 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // N = 640 M = 100 / 256 / 512 164 / 257 / 386 -> 141 / 149 / 177, E = 64, top_k = 6, K = 2048, N =
   // 1408 M = 150 / 333 / 600 274 / 435 / 569 -> 246 / 254 / 273, fp8_channel E = 40, top_k = 5,
   // K = 1536, N = 384 M = 256 / 512 99 / 138 -> 72 / 84 (M = 100, 13 rows: 65.5 -> 68.5).
-  if (quant_is_fp8(spec.quant) && rows > 8 && rows <= kWgmmaWideRows && wgmma_supported(spec, arch)) {
-    c.block_m = 64;
-    c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 5, 0, true);
-    c.gemm2 = wgmma_tile(64, 3, 0, true);
-    return c;
-  }
-  if (quant_is_fp8(spec.quant) && rows > kWgmmaWideRows && wgmma_supported(spec, arch)) {
-    // fp8 prefill: e4m3 wgmma, 128 weight rows per tile (block scales keep a k tile's sums apart),
-    // persistent (while one consumer warpgroup scales a k tile's sums the other multiplies; on an
-    // H200 the tuner picked these for DeepSeek-V3 TP8 fp8_block M = 2048 .. 8192).
-    // GEMM2 with the staged epilogue (DeepSeek-V3 TP8 fp8_block M = 4096 / 8192 on an H200: 1382 ->
-    // 1225, 2485 -> 2119 us).
-    c.block_m = 128;
-    c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 6, 0, true);
-    c.gemm2 = wgmma_tile(128, 3, 0, true, true);
+  if (quant_is_fp8(spec.quant) && rows > 8 && wgmma_supported(spec, arch)) {
+    if (rows <= kWgmmaWideRows) {
+      c.block_m = 64;
+      c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 5, 0, true);
+      c.gemm2 = wgmma_tile(64, 3, 0, true);
+    } else {
+      // fp8 prefill: e4m3 wgmma, 128 weight rows per tile (block scales keep a k tile's sums apart),
+      // persistent (while one consumer warpgroup scales a k tile's sums the other multiplies; on an
+      // H200 the tuner picked these for DeepSeek-V3 TP8 fp8_block M = 2048 .. 8192).
+      // GEMM2 with the staged epilogue (DeepSeek-V3 TP8 fp8_block M = 4096 / 8192 on an H200: 1382 ->
+      // 1225, 2485 -> 2119 us).
+      c.block_m = 128;
+      c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 6, 0, true);
+      c.gemm2 = wgmma_tile(128, 3, 0, true, true);
+    }
     return c;
   }
   // Weight-only formats past decode (sm_90a): the persistent wgmma kernel, its two producer

@@ -115,10 +115,13 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
     throw Error(Phase::Validate, "model config: phimoe routes by sparsemixer, which moejit's router does not "
                                  "implement; build a MoeSpec yourself and pass the top-k ids and weights (the "
                                  "modular forward)");
+  // Whether the config states these (the model_type rules below only fill what it leaves out).
   const nlohmann::json* scoring = first_of(j, {"scoring_func", "score_function"});
-  if (scoring && scoring->is_string()) m.scoring = scoring->get<std::string>();
+  const bool scoring_stated = scoring && scoring->is_string();
+  if (scoring_stated) m.scoring = scoring->get<std::string>();
   const nlohmann::json* norm = first_of(j, {"norm_topk_prob"});
-  if (norm && norm->is_boolean()) m.renormalize = norm->get<bool>();
+  const bool norm_stated = norm && norm->is_boolean();
+  if (norm_stated) m.renormalize = norm->get<bool>();
   if (auto* v = first_of(j, {"n_group"}); v && v->is_number_integer()) m.n_group = v->get<int>();
   if (auto* v = first_of(j, {"topk_group"}); v && v->is_number_integer()) m.topk_group = v->get<int>();
   if (auto* v = first_of(j, {"routed_scaling_factor"}); v && v->is_number()) m.routed_scaling_factor = v->get<double>();
@@ -137,14 +140,13 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   }
   // GLM-4.5 / 4.6 (glm4_moe, glm4v_moe): sigmoid scores with a correction bias, grouped top-k,
   // though their configs name no scoring_func (as vLLM and SGLang run them).
-  if (m.model_type.rfind("glm4", 0) == 0 && m.model_type.find("moe") != std::string::npos &&
-      (scoring == nullptr || !scoring->is_string()))
+  if (m.model_type.rfind("glm4", 0) == 0 && m.model_type.find("moe") != std::string::npos && !scoring_stated)
     m.scoring = "sigmoid";
   // Nemotron-H: sigmoid scores with a correction bias, single-input experts of mlp_hidden_act
   // (relu2), run in the latent space where it has one (moe_latent_size: the projections in and
   // out of it are the model's, outside the experts).
   if (m.model_type == "nemotron_h") {
-    if (scoring == nullptr || !scoring->is_string()) m.scoring = "sigmoid";
+    if (!scoring_stated) m.scoring = "sigmoid";
     if (auto* v = first_of(j, {"mlp_hidden_act"}); v && v->is_string()) {
       const std::string act = v->get<std::string>();
       m.activation = act == "relu_squared" ? "relu2" : act == "gelu_pytorch_tanh" ? "gelu_tanh" : act;
@@ -152,7 +154,7 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
     if (auto* v = first_of(j, {"moe_latent_size"}); v && v->is_number_integer()) m.hidden = v->get<int>();
   }
   // Jamba keeps the softmax weights of its top-k as they are (no renormalization) unless it says.
-  if (m.model_type == "jamba" && (norm == nullptr || !norm->is_boolean())) m.renormalize = false;
+  if (m.model_type == "jamba" && !norm_stated) m.renormalize = false;
   if (m.model_type.rfind("llama4", 0) == 0) {
     m.scoring = "sigmoid";  // Llama-4: top-1 on logits, weight = sigmoid(logit)
     m.renormalize = false;
