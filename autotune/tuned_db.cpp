@@ -29,7 +29,9 @@ DbMetadata DbMetadata::from_json(const nlohmann::json& j) {
 }
 
 std::string tuned_shape_key(const MoeSpec& s) {
-  std::string quant = quant_name(s.quant);
+  // Both MXFP4 layouts share their entries: the packed one decodes with fewer instructions, the
+  // same tiles fit and the same ones win (measured on gpt-oss-120b, docs/quantization.md).
+  std::string quant = quant_name(s.quant == kQuantMxfp4Packed ? kQuantMxfp4 : s.quant);
   if (s.quant == kQuantInt4Group) quant += fmt::format("/g{}{}", s.quant_group, s.quant_zero_points ? "+zp" : "");
   return fmt::format("E={} E_local={} top_k={} K={} N={} dtype={} quant={} act={} bias={} fused={} reduce={}",
                      s.num_experts, s.local_experts(), s.top_k, s.hidden, s.intermediate, dtype_name(s.dtype), quant,

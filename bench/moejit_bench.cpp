@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
         shapes = {{m.model_type, m.moe_spec()}};
       } else if (arg == "--help") {
         fmt::print("usage: moejit_bench [--model config.json] [--tokens 1,16,...] [--reps N] [--json out.json] "
-                   "[--only routing|moe] [--quant none|int8_channel|int4_group|mxfp4|fp8_block|fp8_channel|fp8_tensor] "
+                   "[--only routing|moe] [--quant none|int8_channel|int4_group|mxfp4|mxfp4_packed|fp8_block|fp8_channel|fp8_tensor] "
                    "[--shapes name,name] [--swap-ab WNxWKxS] [--walk-rows N] [--pingpong] [--multicast] "
                    "[--pregather] [--balanced]\n");
         return 0;

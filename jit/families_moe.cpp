@@ -70,9 +70,9 @@ void check_gemm_role_activation(const KernelSpec& s, int act) {
 
 ParamDesc quant_param() {
   std::map<std::string, std::string> values;
-  static const char* kCpp[] = {"kQuantNone",     "kQuantInt8Channel", "kQuantInt4Group",  "kQuantMxfp4",
-                               "kQuantFp8Block", "kQuantFp8Channel",  "kQuantFp8Tensor"};
-  for (int code = kQuantNone; code <= kQuantFp8Tensor; ++code)
+  static const char* kCpp[] = {"kQuantNone",     "kQuantInt8Channel", "kQuantInt4Group", "kQuantMxfp4",
+                               "kQuantFp8Block", "kQuantFp8Channel",  "kQuantFp8Tensor", "kQuantMxfp4Packed"};
+  for (int code = kQuantNone; code <= kQuantMxfp4Packed; ++code)
     values[quant_name(code)] = std::string("moejit::") + kCpp[code];
   return enum_param("quant", "QUANT", "weight/activation quantization (quant_kinds.cuh)", "none", values);
 }

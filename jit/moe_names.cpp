@@ -22,7 +22,7 @@ const std::pair<int, const char*> kActivations[] = {
 const std::pair<int, const char*> kQuants[] = {
     {kQuantNone, "none"},           {kQuantInt8Channel, "int8_channel"}, {kQuantInt4Group, "int4_group"},
     {kQuantMxfp4, "mxfp4"},         {kQuantFp8Block, "fp8_block"},       {kQuantFp8Channel, "fp8_channel"},
-    {kQuantFp8Tensor, "fp8_tensor"},
+    {kQuantFp8Tensor, "fp8_tensor"},     {kQuantMxfp4Packed, "mxfp4_packed"},
 };
 }  // namespace
 

@@ -466,7 +466,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     g.b_scale_row_stride = scale.rank >= 2 ? scale.strides[1] : 0;
     g.b_scale_row_shift = spec_.quant == kQuantFp8Block ? 7 : 0;
     g.b_scale_k_shift = spec_.quant == kQuantInt4Group ? std::countr_zero(unsigned(spec_.quant_group))
-                        : spec_.quant == kQuantMxfp4  ? std::countr_zero(unsigned(kMxfp4GroupSize))
+                        : quant_is_mxfp4(spec_.quant) ? std::countr_zero(unsigned(kMxfp4GroupSize))
                         : spec_.quant == kQuantFp8Block ? 7
                                                           : 0;
     g.b_zero = zero.given() ? reinterpret_cast<const unsigned char*>(zero.data) : nullptr;

@@ -10,6 +10,7 @@
 #include "common/host_parallel.h"
 #include "jit/moe_names.h"
 #include "runtime/driver.h"
+#include "templates/moe/mxfp4_packed.cuh"
 
 namespace moejit {
 
@@ -56,6 +57,7 @@ QuantTensorLayout quant_weight_layout(const MoeSpec& s, std::int64_t e, std::int
       l.has_zero = s.quant_zero_points;
       break;
     case kQuantMxfp4:
+    case kQuantMxfp4Packed:
       l.weight_type = ScalarType::U8;
       l.weight_shape = {e, rows, cols / 2};
       l.has_scale = true;
@@ -164,7 +166,8 @@ QuantizedWeights random_quantized_weights(const MoeSpec& s, std::int64_t experts
         }
         break;
       }
-      case kQuantMxfp4: {
+      case kQuantMxfp4:
+      case kQuantMxfp4Packed: {
         const int code = 127 + static_cast<int>(std::floor(std::log2(magnitude / 3))) - int(u(2, i) * 2);
         q.scales[i] = static_cast<std::uint8_t>(std::clamp(code, 1, 254));
         scale[i] = e8m0_to_float(q.scales[i]);
@@ -183,7 +186,8 @@ QuantizedWeights random_quantized_weights(const MoeSpec& s, std::int64_t experts
         case kQuantInt8Channel:
         case kQuantFp8Channel: si = er; break;
         case kQuantInt4Group:
-        case kQuantMxfp4: si = er * (C / group) + c / group; break;
+        case kQuantMxfp4:
+        case kQuantMxfp4Packed: si = er * (C / group) + c / group; break;
         case kQuantFp8Block:
           si = (e * l.scale_shape[1] + r / kQuantFp8BlockSize) * l.scale_shape[2] + c / kQuantFp8BlockSize;
           break;
@@ -195,7 +199,7 @@ QuantizedWeights random_quantized_weights(const MoeSpec& s, std::int64_t experts
         const int code = static_cast<int>(x * 255) - 127;  // -127..127
         q.weights[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(code));
         value = static_cast<float>(code) * scale[si];
-      } else if (s.quant == kQuantInt4Group || s.quant == kQuantMxfp4) {
+      } else if (s.quant == kQuantInt4Group || quant_is_mxfp4(s.quant)) {
         const std::uint8_t nibble = static_cast<std::uint8_t>(x * 16) & 15;
         q.weights[i / 2] |= static_cast<std::uint8_t>(nibble << (4 * (i & 1)));  // low nibble = even k
         value = s.quant == kQuantInt4Group ? (static_cast<float>(nibble) - zero[si]) * scale[si]
@@ -208,7 +212,18 @@ QuantizedWeights random_quantized_weights(const MoeSpec& s, std::int64_t experts
       q.dequantized[i] = value;
     }
   });
+  if (s.quant == kQuantMxfp4Packed) prepack_mxfp4(q.weights.data(), q.weights.size());
   return q;
+}
+
+void prepack_mxfp4(std::uint8_t* blocks, std::size_t bytes) {
+  MOEJIT_REQUIRE(bytes % 4 == 0, "prepack_mxfp4: {} bytes is not whole 32-bit words (8 codes each)", bytes);
+  parallel_for(static_cast<std::int64_t>(bytes / 4), [&](std::int64_t i) {
+    std::uint32_t w;
+    std::memcpy(&w, blocks + 4 * i, 4);
+    w = mxfp4_pack_word(w);
+    std::memcpy(blocks + 4 * i, &w, 4);
+  });
 }
 
 void DeviceExpertWeights::point(MoeDevicePointers& p) const {

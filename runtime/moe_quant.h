@@ -81,6 +81,14 @@ Int4Prepacked prepack_gptq_int4(const std::uint32_t* qweight, const std::uint16_
 Int4Prepacked prepack_awq_int4(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
                                std::int64_t in_features, std::int64_t out_features, int group);
 
+// MXFP4 checkpoints (gpt-oss *_blocks, the `mxfp4` layout) -> `mxfp4_packed`, in place: each
+// 32-bit word (8 consecutive k of a row) keeps its place and gets its bits reordered
+// (templates/moe/mxfp4_packed.cuh), so the kernels decode a bf16 pair in 1-3 integer instructions
+// and a multiply instead of ~4.75 (decode is bound by these instructions). The scales are
+// unchanged. One pass over the bytes on the host's threads; do it once at load time, then run the
+// layer with quant = mxfp4_packed. `bytes` must be whole words (every row is: K is a multiple of 32).
+void prepack_mxfp4(std::uint8_t* blocks, std::size_t bytes);
+
 // What the w8a8 kernels do to a row of activations before the e4m3 GEMM, dequantized again: per
 // 128 columns (fp8_block) or per row (fp8_channel) scale = max(amax, 1e-10) / 448, or the given
 // static scale (fp8_tensor); q = e4m3(x / scale) in fp32; returns q * scale. In place.

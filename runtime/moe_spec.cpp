@@ -45,7 +45,7 @@ std::vector<std::string> MoeSpec::unsupported() const {
   need(std::isfinite(swiglu_alpha) && std::isfinite(swiglu_limit) && swiglu_limit > 0,
        "swiglu_alpha and swiglu_limit must be finite, the limit positive");
   need(std::isfinite(routed_scaling_factor), "routed_scaling_factor must be finite");
-  need(quant >= kQuantNone && quant <= kQuantFp8Tensor, fmt::format("quant code {} is unknown", int(quant)));
+  need(quant >= kQuantNone && quant <= kQuantMxfp4Packed, fmt::format("quant code {} is unknown", int(quant)));
   // Every stored row of a k tile must be whole 16-byte chunks: 32 elements at 4 bits, 16 at 8.
   auto divisible = [&](int unit, const std::string& why_unit) {
     need(hidden % unit == 0 && intermediate % unit == 0,
@@ -56,7 +56,7 @@ std::vector<std::string> MoeSpec::unsupported() const {
     need(quant_group == 32 || quant_group == 64 || quant_group == 128,
          fmt::format("quant_group = {} must be 32, 64 or 128", quant_group));
     if (quant_group > 0) divisible(std::max(quant_group, 32), "whole scale groups of 16-byte chunks");
-  } else if (quant == kQuantMxfp4) {
+  } else if (quant_is_mxfp4(quant)) {
     divisible(kMxfp4GroupSize, "one e8m0 scale per 32 elements");
   } else if (quant != kQuantNone) {
     divisible(16, "16-byte chunks of 8-bit elements");

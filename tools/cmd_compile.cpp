@@ -23,7 +23,7 @@ Compiles kernels ahead of time into the kernel cache (in parallel; MOEJIT_COMPIL
   --model FILE     a Hugging Face config.json: every kernel an MoE layer of that model needs
                    (routing, expert GEMMs for every tile config up to --max-tokens, reduction)
   --max-tokens M   largest batch the layer will run (default 8192)
-  --quant FORMAT   the model's expert weights: none (default), int8_channel, int4_group, mxfp4,
+  --quant FORMAT   the model's expert weights: none (default), int8_channel, int4_group, mxfp4, mxfp4_packed,
                    fp8_block, fp8_channel, fp8_tensor (docs/quantization.md)
   --arch ARCH      target arch (repeatable); overrides the specs' own. Default for --model: sm_90a
   --cache-dir DIR  kernel cache directory

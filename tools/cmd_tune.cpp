@@ -28,7 +28,7 @@ nothing). MoeLayer reads the DB in prepare().
   --tp N           tensor parallelism: each rank holds intermediate / N of every expert
   --ep N           expert parallelism: each rank holds num_experts / N experts
   --dtype T        bf16 or fp16 (default: the model config's torch_dtype, else bf16; a --spec file's own dtype)
-  --quant FORMAT   expert weights: none (default), int8_channel, int4_group (groups of 128), mxfp4,
+  --quant FORMAT   expert weights: none (default), int8_channel, int4_group (groups of 128), mxfp4, mxfp4_packed,
                    fp8_block, fp8_channel, fp8_tensor (tuned DB entries are keyed by format)
   --batches LIST   batch sizes (default 1,2,4,...,8192: every power of two)
   --budget-s S     stop timing new candidates after S seconds (the best so far is kept)

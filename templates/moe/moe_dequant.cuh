@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/mma_sm80.cuh"
+#include "moe/mxfp4_packed.cuh"
 #include "moe/quant_kinds.cuh"
 
 namespace moejit {
@@ -64,7 +65,7 @@ __device__ inline uint4 dequant8(unsigned lo, unsigned hi, float scale, float ze
       const unsigned v = (nibble_pair(w, hi, p) & 0x000f000fu) | kMagic;
       out[p] = fma2<DTYPE>(fma2<DTYPE>(v, one, offset), scale2, 0x80008000u);
     }
-  } else if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
+  } else if constexpr (quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16) {
     // e2m1 s.e1e0.m -> bf16 with exponent bits e1e0 and mantissa bit m: the value times 2^-126
     // (e = 0 lands on the bf16 subnormal 2^-127 = 0.5 * 2^-126); then x 2^126 and x the e8m0 scale,
     // both exact (powers of two) unless the weight itself leaves the bf16 range.
@@ -75,7 +76,8 @@ __device__ inline uint4 dequant8(unsigned lo, unsigned hi, float scale, float ze
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
       const unsigned t = nibble_pair(w, hi, p);
-      const unsigned v = ((t << 6) & 0x01c001c0u) | ((t << 12) & 0x80008000u);
+      const unsigned v = QUANT == kQuantMxfp4Packed ? mxfp4_packed_pair(w, p)
+                                                    : ((t << 6) & 0x01c001c0u) | ((t << 12) & 0x80008000u);
       out[p] = fma2<DTYPE>(fma2<DTYPE>(v, unbias, 0x80008000u), scale2, 0x80008000u);
     }
   } else {
@@ -88,7 +90,8 @@ __device__ inline uint4 dequant8(unsigned lo, unsigned hi, float scale, float ze
       }
     } else {  // mxfp4 into f16 (rare): through fp32, the f16 range cannot take the 2^-126 trick
 #pragma unroll
-      for (int j = 0; j < 8; ++j) v[j] = e2m1_to_float((lo >> (4 * j)) & 0xfu) * scale;
+      for (int j = 0; j < 8; ++j)
+        v[j] = e2m1_to_float(QUANT == kQuantMxfp4Packed ? mxfp4_packed_code(lo, j) : (lo >> (4 * j)) & 0xfu) * scale;
     }
 #pragma unroll
     for (int p = 0; p < 4; ++p) out[p] = sm80::pack2<DTYPE>(v[2 * p], v[2 * p + 1]);
@@ -103,19 +106,26 @@ __device__ inline uint4 dequant8(unsigned lo, unsigned hi, float scale, float ze
 __device__ inline bool mxfp4_bf16_factor_fits(unsigned s) { return s <= 128u; }
 __device__ inline unsigned mxfp4_bf16_factor(unsigned s) { return (s + 126u) * 0x00800080u; }
 
-// Per pair: one byte permute puts the two codes, clean, at bits 0-3 and 16-19 (the even and odd
-// nibbles split into bytes once per word; a sign-replicated byte of `even` is 0); one integer
-// multiply by 0x1040 adds the copies shifted by 6 (magnitude to bits 6-8) and by 12 (sign to bit
-// 15), which cannot carry into each other; one mask; one multiply. ~4.75 instructions per pair,
-// two of them on the FMA pipe: decode is bound by these instructions, not by memory.
+// Checkpoint order, per pair: one byte permute puts the two codes, clean, at bits 0-3 and 16-19
+// (the even and odd nibbles split into bytes once per word; a sign-replicated byte of `even` is 0);
+// one integer multiply by 0x1040 adds the copies shifted by 6 (magnitude to bits 6-8) and by 12
+// (sign to bit 15), which cannot carry into each other; one mask; one multiply. ~4.75 instructions
+// per pair, two of them on the FMA pipe: decode is bound by these instructions, not by memory.
+// Prepacked (kQuantMxfp4Packed, mxfp4_packed.cuh): 1-3 integer instructions and the multiply.
+template <int QUANT>
 __device__ inline uint4 mxfp4x8_bf16_scaled(unsigned w, unsigned factor2) {
   unsigned out[4];
-  const unsigned even = w & 0x0f0f0f0fu, odd = (w >> 4) & 0x0f0f0f0fu;
+  if constexpr (QUANT == kQuantMxfp4Packed) {
 #pragma unroll
-  for (int p = 0; p < 4; ++p) {
-    const unsigned t = prmt(even, odd, 0x8480u + 0x1111u * static_cast<unsigned>(p));  // bytes: e[p], 0, o[p], 0
-    const unsigned v = (t * 0x1040u) & 0x81c081c0u;
-    out[p] = fma2<kDTypeBF16>(v, factor2, 0x80008000u);
+    for (int p = 0; p < 4; ++p) out[p] = fma2<kDTypeBF16>(mxfp4_packed_pair(w, p), factor2, 0x80008000u);
+  } else {
+    const unsigned even = w & 0x0f0f0f0fu, odd = (w >> 4) & 0x0f0f0f0fu;
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const unsigned t = prmt(even, odd, 0x8480u + 0x1111u * static_cast<unsigned>(p));  // bytes: e[p], 0, o[p], 0
+      const unsigned v = (t * 0x1040u) & 0x81c081c0u;
+      out[p] = fma2<kDTypeBF16>(v, factor2, 0x80008000u);
+    }
   }
   return make_uint4(out[0], out[1], out[2], out[3]);
 }

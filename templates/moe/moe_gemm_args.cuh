@@ -163,7 +163,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_max_data_registers(int register_lim
 // still run faster with it: H100, Qwen3-30B-A3B int4 M = 128 (the DB's w4x1 s3 GEMM1) 225 us against 237
 // uncapped (98 registers, no spill), three same-run rounds.
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_min_ctas(int block_m, int stages, int quant, int dtype, int threads) {
-  const bool fits = block_m == 8 && stages <= 4 && !(quant == kQuantMxfp4 && dtype == kDTypeF16);
+  const bool fits = block_m == 8 && stages <= 4 && !(quant_is_mxfp4(quant) && dtype == kDTypeF16);
   return fits && threads < 768 ? 768 / threads : 1;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int warps_n, int warps_k) {

@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32, 1) moe_gemm_kernel(cons
             if constexpr (QUANT == kQuantInt4Group) {
               scale = sm80::to_float<DTYPE>(__ldg(static_cast<const unsigned short*>(args.b_scale) + si));
               if (args.b_zero) zero = static_cast<float>(__ldg(args.b_zero + si));
-            } else if constexpr (QUANT == kQuantMxfp4) {
+            } else if constexpr (quant_is_mxfp4(QUANT)) {
               scale = dequant::e8m0_to_float(__ldg(static_cast<const unsigned char*>(args.b_scale) + si));
             }
             const unsigned lo = RAW_CHUNK_BYTES == 4 ? word[h] : word[2 * h];

@@ -72,6 +72,15 @@ __device__ inline uint4 e4m3x8_to_f16(unsigned lo, unsigned hi) {
   return r;
 }
 
+// A 16-byte read-only load that leaves `v` as it was where `live` is false: no request and no
+// zeroing. For a padding token's activations, which reach only that token's accumulator column
+// (column g of the mma's B, never stored).
+__device__ inline void ldg16_if(uint4& v, const void* p, bool live) {
+  asm("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+      : "l"(p), "r"(static_cast<int>(live)));
+}
+
 }  // namespace swap_ab_detail
 
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int WARPS_N, int WARPS_K, int STAGES>
@@ -170,7 +179,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // Scales per ring step; for MXFP4 (groups of 32 by the format) a literal, so that each block's
   // scale loads are immediate offsets of one pointer, not address arithmetic. MXFP4 only: measured
   // (H200, same run) for fp8 blocks and int4 with the whole-block loads below, 0.5-1.7% slower.
-  constexpr int kFixedScaleShift = QUANT == kQuantMxfp4 ? 5 : -1;
+  constexpr int kFixedScaleShift = quant_is_mxfp4(QUANT) ? 5 : -1;
   static_assert(kFixedScaleShift < 0 || 1 << kFixedScaleShift == kMxfp4GroupSize,
                 "the host's b_scale_k_shift for MXFP4 (moe_layer.cpp)");
   const int scale_step = (WARPS_K * KB) >> (kFixedScaleShift >= 0 ? kFixedScaleShift : args.b_scale_k_shift);
@@ -189,6 +198,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // row: tiles start with one; they are never stored), and for fp8 blocks the A rows of its
   // accumulator columns (tokens 2t, 2t + 1 of each fragment).
   const unsigned char* a_ptr[NF];
+  bool x_live[NF];  // token g of fragment f is routed (not a padding row)
   int a_row[BLOCK_SCALED ? NF : 1][2];
   auto stage_tile_rows = [&]() {
     sm80::cp_async_wait<ACT_RING ? 0 : STAGES>();  // the slots' group (the STAGES weight groups are younger)
@@ -197,6 +207,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 #pragma unroll
     for (int f = 0; f < NF; ++f) {
       const int arow = s_arow[f * 8 + g] >= 0 ? s_arow[f * 8 + g] : s_arow[0];
+      x_live[f] = s_arow[f * 8 + g] >= 0;
       a_ptr[f] = static_cast<const unsigned char*>(args.a) + arow * args.lda + static_cast<long long>(k_first) * EB;
     }
     if constexpr (BLOCK_SCALED) {
@@ -276,7 +287,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // added at the end, so that each chain of dependent mma is half as long (H200 same run,
   // gpt-oss-120b M = 16: 267.6-270.1 -> 264.0-264.6 us). Not for int4 (slower: its GEMM2 instances
   // spill with the second set) nor MXFP4 into f16 or wider tiles (spills at 512 threads).
-  constexpr bool TWO_CHAINS = QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16 && NF == 1;
+  constexpr bool TWO_CHAINS = quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && NF == 1;
   float acc2[NF][4];  // unused (and compiled away) without TWO_CHAINS
 #pragma unroll
   for (int f = 0; f < NF; ++f)
@@ -289,10 +300,10 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     const unsigned word[4] = {raw.x, raw.y, raw.z, raw.w};
     if constexpr (QUANT == kQuantNone) {
       return raw;
-    } else if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
-      if (!exact_mxfp4) return dequant::mxfp4x8_bf16_scaled(word[q], dequant::mxfp4_bf16_factor(v.scales.scale[h]));
+    } else if constexpr (quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16) {
+      if (!exact_mxfp4) return dequant::mxfp4x8_bf16_scaled<QUANT>(word[q], dequant::mxfp4_bf16_factor(v.scales.scale[h]));
       return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scales.scale[h]), 0.f);
-    } else if constexpr (QUANT == kQuantMxfp4) {
+    } else if constexpr (quant_is_mxfp4(QUANT)) {
       return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scales.scale[h]), 0.f);
     } else if constexpr (QUANT == kQuantInt4Group) {
       return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, sm80::to_float<DTYPE>(static_cast<unsigned short>(v.scales.scale[h])),
@@ -313,6 +324,11 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     // load: ptxas had wrapped each load in a divergent branch of its own (BSSY / BRA / BSYNC, 90 ->
     // 64 of them in the gpt-oss GEMM1); same run, two rounds, MXFP4 gpt-oss-120b M = 1 / 16
     // 35.1-35.3 / 290.6-291.9 -> 34.6-34.9 / 288.6-289.3 us (H100; int4 and int8 unchanged or slower).
+    // Those whole MXFP4 blocks load a padding token's activations not at all (ldg16_if): a decode
+    // tile holds ~1-4 routed tokens of 8, and ncu had GEMM1's L1TEX at 75% of its peak, half the
+    // issue slots empty on L1TEX waits (M = 128). H100, same run, two rounds: gpt-oss-120b M = 128
+    // 746.4-749.7 -> 738.5-739.2 us, gpt-oss-20b (E = 32) M = 128 433-443 -> 400-407; int4 / int8
+    // with the same loads ran 0.5-2% slower (kept as they were).
     uint4 xr[NF][X_LOADS];
     if constexpr (ACT_RING) {
 #pragma unroll
@@ -320,19 +336,23 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 #pragma unroll
         for (int l = 0; l < X_LOADS; ++l) xr[f][l] = v.x[f][l];
     } else {
-      const bool whole_block = QUANT == kQuantMxfp4 && (b_base + i * WARPS_K + 1) * KB <= args.inner;
-      auto load_x = [&](bool guarded) {
+      const bool whole_block = quant_is_mxfp4(QUANT) && (b_base + i * WARPS_K + 1) * KB <= args.inner;
+      if (whole_block) {
+#pragma unroll
+        for (int f = 0; f < NF; ++f)
+#pragma unroll
+          for (int l = 0; l < X_LOADS; ++l)
+            ldg16_if(xr[f][l], a_ptr[f] + static_cast<long long>(kb + act_k(l)) * EB, x_live[f]);
+      } else {
 #pragma unroll
         for (int f = 0; f < NF; ++f)
 #pragma unroll
           for (int l = 0; l < X_LOADS; ++l) {
             const int k = kb + act_k(l);
             const uint4* src = reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(k) * EB);
-            xr[f][l] = !guarded || k < k_left ? __ldg(src) : make_uint4(0u, 0u, 0u, 0u);
+            xr[f][l] = k < k_left ? __ldg(src) : make_uint4(0u, 0u, 0u, 0u);
           }
-      };
-      if (whole_block) load_x(false);
-      else load_x(true);
+      }
     }
     // Eight activations (four MMA_DTYPE pairs) of group q for fragment f.
     auto x_group = [&](int f, int q) {
@@ -369,7 +389,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     };
     // Scales above 2 (and NaN) make the folded MXFP4 multiply overflow: the block goes the exact way
     // (decided once per block and warp, not per weight word).
-    if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
+    if constexpr (quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16) {
       if (__any_sync(0xffffffffu, !dequant::mxfp4_bf16_factor_fits(v.scales.scale[0]) ||
                                       !dequant::mxfp4_bf16_factor_fits(v.scales.scale[1])))
         mma_block(true);

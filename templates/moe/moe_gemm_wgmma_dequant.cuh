@@ -84,7 +84,7 @@ struct WeightDequantizer {
         scale_next[l] = 0u;
         if (!piece_valid(args, l, kt)) continue;
         const long long si = scale_at[l] + ((kt * 64 + piece_of(tid, l) * PIECE_K) >> args.b_scale_k_shift);
-        if constexpr (QUANT == kQuantMxfp4) {
+        if constexpr (quant_is_mxfp4(QUANT)) {
           scale_next[l] = __ldg(static_cast<const unsigned char*>(args.b_scale) + si);
         } else {  // int4: the DTYPE scale, and the zero point (8 without per-group zero points)
           const unsigned zero = args.b_zero ? __ldg(args.b_zero + si) : 8u;
@@ -118,18 +118,18 @@ struct WeightDequantizer {
                    : "=r"(bytes.x), "=r"(bytes.y), "=r"(bytes.z), "=r"(bytes.w)
                    : "r"(raw + (l * THREADS + tid) * 16));
       const unsigned word[4] = {bytes.x, bytes.y, bytes.z, bytes.w};
-      if constexpr (QUANT == kQuantMxfp4 && DTYPE == kDTypeBF16) {
+      if constexpr (quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16) {
         // One multiply by 2^(s - 1) where the scale allows (dequant8's exact way else).
         if (dequant::mxfp4_bf16_factor_fits(scale[l])) {
           const unsigned factor = dequant::mxfp4_bf16_factor(scale[l]);
 #pragma unroll
-          for (int h = 0; h < CHUNKS; ++h) store(h, dequant::mxfp4x8_bf16_scaled(word[h], factor));
+          for (int h = 0; h < CHUNKS; ++h) store(h, dequant::mxfp4x8_bf16_scaled<QUANT>(word[h], factor));
         } else {
           const float s = dequant::e8m0_to_float(scale[l]);
 #pragma unroll
           for (int h = 0; h < CHUNKS; ++h) store(h, dequant::dequant8<QUANT, DTYPE>(word[h], 0u, s, 0.f));
         }
-      } else if constexpr (QUANT == kQuantMxfp4) {
+      } else if constexpr (quant_is_mxfp4(QUANT)) {
         const float s = dequant::e8m0_to_float(scale[l]);
 #pragma unroll
         for (int h = 0; h < CHUNKS; ++h) store(h, dequant::dequant8<QUANT, DTYPE>(word[h], 0u, s, 0.f));

@@ -76,10 +76,10 @@ TEST_CASE("moe: the tuner's 8-token swap-AB tiles compile for sm_90a without spi
   const DeviceLimits limits{227 * 1024, "sm_90a"};
   std::vector<KernelSpec> specs;
   std::set<std::string> seen;
-  for (MoeQuant q : {kQuantNone, kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4, kQuantFp8Block, kQuantFp8Channel,
-                     kQuantFp8Tensor})
+  for (MoeQuant q : {kQuantNone, kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4, kQuantMxfp4Packed, kQuantFp8Block,
+                     kQuantFp8Channel, kQuantFp8Tensor})
     for (MoeDType dtype : {kDTypeBF16, kDTypeF16}) {
-      MoeSpec s = small_layer(16, 4, 512, 256, q == kQuantMxfp4 ? kActSwigluOai : kActSiluMul, dtype, q);
+      MoeSpec s = small_layer(16, 4, 512, 256, quant_is_mxfp4(q) ? kActSwigluOai : kActSiluMul, dtype, q);
       if (q == kQuantInt4Group) {
         s.quant_group = 64;
         s.quant_zero_points = true;
@@ -101,7 +101,8 @@ TEST_CASE("moe: the tuner's 8-token swap-AB tiles compile for sm_90a without spi
   for (const auto& k : compiled) {
     const std::string& quant = k->spec.get_string("quant");
     const int accepted = quant == "int4_group" && k->spec.get_int("stages") >= 3 ? 72
-                         : quant == "mxfp4" && k->spec.get_string("dtype") == "f16" && k->spec.get_int("threads") >= 512
+                         : quant.starts_with("mxfp4") && k->spec.get_string("dtype") == "f16" &&
+                                   k->spec.get_int("threads") >= 512
                              ? 8
                              : 0;
     for (const auto& e : k->entries) {

@@ -15,6 +15,7 @@
 #include "runtime/moe_quant.h"
 #include "runtime/runtime.h"
 #include "support/test_support.h"
+#include "templates/moe/mxfp4_packed.cuh"
 
 using namespace moejit;
 using namespace moejit::test;
@@ -65,7 +66,8 @@ MoeSpec quant_spec(MoeQuant q) {
 }  // namespace
 
 TEST_CASE("quant: random quantized weights decode to their stored codes exactly") {
-  for (MoeQuant q : {kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4, kQuantFp8Block, kQuantFp8Channel, kQuantFp8Tensor}) {
+  for (MoeQuant q : {kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4, kQuantMxfp4Packed, kQuantFp8Block,
+                     kQuantFp8Channel, kQuantFp8Tensor}) {
     MoeSpec s = quant_spec(q);
     s.quant_group = 64;
     s.quant_zero_points = q == kQuantInt4Group;
@@ -96,6 +98,13 @@ TEST_CASE("quant: random quantized weights decode to their stored codes exactly"
         case kQuantMxfp4: {
           const std::size_t si = (e * R + r) * (C / 32) + c / 32;
           value = e2m1_to_float((w.weights[i / 2] >> (4 * (i & 1))) & 15) * e8m0_to_float(w.scales[si]);
+          break;
+        }
+        case kQuantMxfp4Packed: {  // code i % 8 of its word, through the kernels' decode
+          const std::size_t si = (e * R + r) * (C / 32) + c / 32;
+          std::uint32_t word;
+          std::memcpy(&word, &w.weights[(i / 8) * 4], 4);
+          value = e2m1_to_float(std::uint8_t(mxfp4_packed_code(word, int(i % 8)))) * e8m0_to_float(w.scales[si]);
           break;
         }
         case kQuantFp8Block: {
@@ -285,6 +294,54 @@ TEST_CASE("quant: GPTQ int4 checkpoints prepack into the int4_group layout") {
   CHECK_THROWS_WITH_AS(prepack_gptq_int4(qweight.data(), scales.data(), nullptr, in, out, 48, 0),
                        doctest::Contains("does not divide"), Error);
   CHECK(prepack_gptq_int4(qweight.data(), scales.data(), nullptr, in, out, group, 0).zeros.empty());
+}
+
+TEST_CASE("quant: prepacked MXFP4 words decode pair by pair to the checkpoint's values") {
+  // The stored positions are a permutation of the word's 32 bits.
+  unsigned seen = 0;
+  for (int j = 0; j < 8; ++j)
+    for (int b = 0; b < 4; ++b) seen |= 1u << mxfp4_packed_bit(j, b);
+  CHECK(seen == 0xffffffffu);
+  // Every word: each pair's decode (the kernels' instructions) gives both codes at the bf16 bits
+  // 6-8 (magnitude) and 15 (sign), which read as the e2m1 value times 2^-126.
+  std::uint64_t state = 7;
+  for (int n = 0; n < 20000; ++n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    const unsigned w = n < 16 ? 0x11111111u * unsigned(n) : unsigned(state >> 32);
+    const unsigned packed = mxfp4_pack_word(w);
+    for (int p = 0; p < 4; ++p) {
+      const unsigned v = mxfp4_packed_pair(packed, p);
+      for (int lane = 0; lane < 2; ++lane) {
+        const unsigned code = (w >> (4 * (2 * p + lane))) & 15u;
+        const unsigned bits = (v >> (16 * lane)) & 0xffffu;
+        INFO("word " << w << " pair " << p << " lane " << lane);
+        REQUIRE(bits == (((code & 7u) << 6) | ((code & 8u) << 12)));
+        float f;
+        const std::uint32_t f32 = bits << 16;
+        std::memcpy(&f, &f32, 4);
+        CHECK(std::ldexp(double(f), 126) == double(e2m1_to_float(std::uint8_t(code))));
+        CHECK(mxfp4_packed_code(packed, 2 * p + lane) == code);
+      }
+    }
+  }
+  // prepack_mxfp4 packs every word in place (little-endian), and refuses partial words.
+  std::vector<std::uint8_t> bytes(4096);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::uint8_t(i * 37 + 11);
+  std::vector<std::uint8_t> packed = bytes;
+  prepack_mxfp4(packed.data(), packed.size());
+  for (std::size_t i = 0; i < bytes.size(); i += 4) {
+    std::uint32_t a, b;
+    std::memcpy(&a, &bytes[i], 4);
+    std::memcpy(&b, &packed[i], 4);
+    REQUIRE(b == mxfp4_pack_word(a));
+  }
+  CHECK_THROWS_WITH_AS(prepack_mxfp4(packed.data(), 6), doctest::Contains("whole 32-bit words"), Error);
+  // The spec takes the name, with MXFP4's shape rules.
+  MoeSpec s = quant_spec(kQuantMxfp4Packed);
+  CHECK(parse_quant("mxfp4_packed") == kQuantMxfp4Packed);
+  CHECK_NOTHROW(s.validate());
+  s.hidden = 272;  // not a multiple of 32
+  CHECK_THROWS_WITH_AS(s.validate(), doctest::Contains("multiples of 32"), Error);
 }
 
 TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {

@@ -204,6 +204,11 @@ std::vector<MoeCase> moe_quant_cases() {
   MoeSpec mx_unfused = small(kQuantMxfp4, 256, 160, kActSiluMul, kDTypeF16);
   mx_unfused.fused = false;
   add(mx_unfused);
+  // The same layers with prepacked MXFP4 words.
+  mx.quant = kQuantMxfp4Packed;
+  add(mx);
+  mx_unfused.quant = kQuantMxfp4Packed;
+  add(mx_unfused);
   // fp8 w8a8: 128x128 blocks with K / N tails (W1 rows 160: the up rows straddle a block edge).
   add(small(kQuantFp8Block, 208, 80, kActSiluMul, kDTypeBF16));
   MoeSpec fp8_oai = small(kQuantFp8Block, 400, 144, kActSwigluOai, kDTypeF16);
@@ -218,6 +223,8 @@ std::vector<MoeCase> moe_quant_cases() {
 
   MoeSpec gpt_oss = model_case("gpt-oss-20b").spec;  // with MXFP4 experts
   gpt_oss.quant = kQuantMxfp4;
+  add(gpt_oss, {1, 64, 333});
+  gpt_oss.quant = kQuantMxfp4Packed;
   add(gpt_oss, {1, 64, 333});
   MoeSpec dsv3;  // DeepSeek-V3-like, E reduced to 64: block-scaled fp8, grouped sigmoid routing
   dsv3.num_experts = 64;
@@ -257,6 +264,9 @@ std::vector<MoeKernelCase> moe_swap_ab_cases() {
   s.has_bias = true;
   specs.push_back(s);
   specs.push_back(layer(kActSiluMul, kDTypeF16, kQuantMxfp4, 288, 160));  // f16 through fp32
+  s.quant = kQuantMxfp4Packed;
+  specs.push_back(s);
+  specs.push_back(layer(kActSiluMul, kDTypeF16, kQuantMxfp4Packed, 288, 160));
   s = layer(kActGeluMul, kDTypeBF16, kQuantInt4Group, 448, 192);
   s.quant_group = 64;
   s.quant_zero_points = true;
@@ -455,6 +465,9 @@ std::vector<MoeKernelCase> moe_wgmma_dequant_cases() {
   s.has_bias = true;
   specs.push_back(s);
   specs.push_back(layer(8, 2, 288, 160, kActSiluMul, kDTypeF16, kQuantMxfp4));
+  s.quant = kQuantMxfp4Packed;
+  specs.push_back(s);
+  specs.push_back(layer(8, 2, 288, 160, kActSiluMul, kDTypeF16, kQuantMxfp4Packed));
   s = layer(8, 2, 448, 192, kActGeluMul, kDTypeBF16, kQuantInt4Group);
   s.quant_group = 64;
   s.quant_zero_points = true;
@@ -580,7 +593,7 @@ std::vector<MoeTileCase> moe_tile_sweep_cases() {
 std::vector<MoeTileCase> moe_quant_tile_sweep_cases(int max_shared_optin, const std::string& arch) {
   const DeviceLimits limits{max_shared_optin, arch};
   std::vector<MoeTileCase> out;
-  for (MoeQuant q : {kQuantInt4Group, kQuantMxfp4, kQuantFp8Block, kQuantFp8Channel}) {
+  for (MoeQuant q : {kQuantInt4Group, kQuantMxfp4, kQuantMxfp4Packed, kQuantFp8Block, kQuantFp8Channel}) {
     MoeSpec s;
     s.num_experts = 12;
     s.top_k = 3;
