@@ -74,11 +74,24 @@ __device__ inline uint4 e4m3x8_to_f16(unsigned lo, unsigned hi) {
 
 // A 16-byte read-only load that leaves `v` as it was where `live` is false: no request and no
 // zeroing. For a padding token's activations, which reach only that token's accumulator column
-// (column g of the mma's B, never stored).
+// (column g of the mma's B, never stored). GEMM2 reads GEMM1's intermediate, written while GEMM2
+// already runs (programmatic dependent launch): there the load is coherent (no .nc, which lets the
+// compiler treat the data as constant for the whole kernel), and volatile with a memory clobber, so
+// that nothing moves it above pdl::wait(). With .nc loads issued right after the wait (the
+// activations one block ahead, below), 32-token MXFP4 tiles of the GPU test read NaN from the
+// poisoned workspace now and then; never with CUDA_LAUNCH_BLOCKING=1.
+template <bool INVARIANT>
 __device__ inline void ldg16_if(uint4& v, const void* p, bool live) {
-  asm("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
-      : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-      : "l"(p), "r"(static_cast<int>(live)));
+  if constexpr (INVARIANT)
+    asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "l"(p), "r"(static_cast<int>(live))
+                 : "memory");
+  else
+    asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "l"(p), "r"(static_cast<int>(live))
+                 : "memory");
 }
 
 }  // namespace swap_ab_detail
@@ -315,44 +328,40 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     }
   };
 
+  // Activations of the lane's elements for each token, in the weights' run order: landed in the
+  // ring (fp8), or loaded from global memory (L1), zeros past the reduction length.
+  // MXFP4 loads them one block ahead: block i + 1's load l of a fragment goes out as soon as block
+  // i's mma of group l have read it, so the loads have a block's math to land. ncu (H100,
+  // gpt-oss-120b M = 128, GEMM1): 37% of the stall samples were the first mma of a block waiting
+  // for the activations loaded at its start. Same run, two rounds, M = 1 / 16 / 128: mxfp4_packed
+  // 33.3-33.5 / 278.8-278.9 / 716.4-717.0 -> 32.5 / 270.9-271.1 / 683.4-687.1 us, mxfp4 16 / 128
+  // 290.1-290.8 / 737.5-738.7 -> 276.3-276.8 / 696.5-697.0; gpt-oss-20b M = 64 / 128 264-266 /
+  // 400-405 -> 247.6-247.7 / 375-378. int4 / int8 the same way: 0-1.8% slower (int4 spills), so
+  // they load at the block's start. MXFP4 also skips a padding token's loads (a decode tile holds
+  // ~1-4 routed tokens of 8; ncu had GEMM1's L1TEX at 75% of its peak; M = 128 746-750 -> 738-739
+  // us) and loads past the end: the registers keep older finite values (zeros first), which meet
+  // zero-filled weights or a column that is never stored. No per-block branch either (whole block
+  // or tail): ptxas had wrapped such loads in divergent branches (BSSY / BRA / BSYNC).
+  constexpr bool X_AHEAD = !ACT_RING && quant_is_mxfp4(QUANT);
+  uint4 xa[NF][X_LOADS];  // X_AHEAD: the next block's activations
+  auto load_x = [&](int f, int l, int i) {
+    const int k = i * WARPS_K * KB + act_k(l);
+    const unsigned char* src = a_ptr[f] + static_cast<long long>(k) * EB;
+    if constexpr (X_AHEAD) ldg16_if<ROLE == kRoleGemm1>(xa[f][l], src, x_live[f] && k < k_left);
+    else xa[f][l] = k < k_left ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0u, 0u, 0u, 0u);
+  };
   auto compute_block = [&](const LaneBlock<LOADS, NF, X_LOADS>& v, int i) {
-    const int kb = i * WARPS_K * KB;  // relative to the turn's
-    // Activations of the lane's elements for each token, in the weights' run order: landed in the
-    // ring, or loaded now (zeros past the end). MXFP4: a block wholly inside the reduction length (all
-    // but the last) loads without predicates: the zeroing of the predicated loads' registers cost ~12
-    // instructions a block (ncu SASS). Both kinds of block under one branch (load_x), not one per
-    // load: ptxas had wrapped each load in a divergent branch of its own (BSSY / BRA / BSYNC, 90 ->
-    // 64 of them in the gpt-oss GEMM1); same run, two rounds, MXFP4 gpt-oss-120b M = 1 / 16
-    // 35.1-35.3 / 290.6-291.9 -> 34.6-34.9 / 288.6-289.3 us (H100; int4 and int8 unchanged or slower).
-    // Those whole MXFP4 blocks load a padding token's activations not at all (ldg16_if): a decode
-    // tile holds ~1-4 routed tokens of 8, and ncu had GEMM1's L1TEX at 75% of its peak, half the
-    // issue slots empty on L1TEX waits (M = 128). H100, same run, two rounds: gpt-oss-120b M = 128
-    // 746.4-749.7 -> 738.5-739.2 us, gpt-oss-20b (E = 32) M = 128 433-443 -> 400-407; int4 / int8
-    // with the same loads ran 0.5-2% slower (kept as they were).
-    uint4 xr[NF][X_LOADS];
+    uint4 (&xr)[NF][X_LOADS] = xa;
     if constexpr (ACT_RING) {
 #pragma unroll
       for (int f = 0; f < NF; ++f)
 #pragma unroll
         for (int l = 0; l < X_LOADS; ++l) xr[f][l] = v.x[f][l];
-    } else {
-      const bool whole_block = quant_is_mxfp4(QUANT) && (b_base + i * WARPS_K + 1) * KB <= args.inner;
-      if (whole_block) {
+    } else if constexpr (!X_AHEAD) {
 #pragma unroll
-        for (int f = 0; f < NF; ++f)
+      for (int f = 0; f < NF; ++f)
 #pragma unroll
-          for (int l = 0; l < X_LOADS; ++l)
-            ldg16_if(xr[f][l], a_ptr[f] + static_cast<long long>(kb + act_k(l)) * EB, x_live[f]);
-      } else {
-#pragma unroll
-        for (int f = 0; f < NF; ++f)
-#pragma unroll
-          for (int l = 0; l < X_LOADS; ++l) {
-            const int k = kb + act_k(l);
-            const uint4* src = reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(k) * EB);
-            xr[f][l] = k < k_left ? __ldg(src) : make_uint4(0u, 0u, 0u, 0u);
-          }
-      }
+        for (int l = 0; l < X_LOADS; ++l) load_x(f, l, i);
     }
     // Eight activations (four MMA_DTYPE pairs) of group q for fragment f.
     auto x_group = [&](int f, int q) {
@@ -384,6 +393,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
           sm80::mma_16816<MMA_DTYPE>(sums[f], a0, x.x, x.y);
           if constexpr (TWO_CHAINS) sm80::mma_16816<MMA_DTYPE>(acc2[f], a1, x.z, x.w);
           else sm80::mma_16816<MMA_DTYPE>(sums[f], a1, x.z, x.w);
+          if constexpr (X_AHEAD) load_x(f, q, i + 1);
         }
       }
     };
@@ -423,6 +433,15 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     for (int s = 0; s < STAGES; ++s) scales_in_flight[s] = issue_block(s, s);
     if constexpr (!ACT_RING) stage_tile_rows();
     if constexpr (!WAIT_FIRST) pdl::wait();  // GEMM1's intermediate (A), read from the first block on
+    if constexpr (X_AHEAD) {
+#pragma unroll
+      for (int f = 0; f < NF; ++f)
+#pragma unroll
+        for (int l = 0; l < X_LOADS; ++l) {
+          xa[f][l] = make_uint4(0u, 0u, 0u, 0u);
+          load_x(f, l, 0);
+        }
+    }
     for (; b_base < b_end;) {
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) {
