@@ -342,7 +342,10 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // us) and loads past the end: the registers keep older finite values (zeros first), which meet
   // zero-filled weights or a column that is never stored. No per-block branch either (whole block
   // or tail): ptxas had wrapped such loads in divergent branches (BSSY / BRA / BSYNC).
-  constexpr bool X_AHEAD = !ACT_RING && quant_is_mxfp4(QUANT);
+  // bf16 two-stage rings (the tiles the tuner and the heuristic pick for MXFP4 decode): the
+  // registers of the next block's activations fit there; three stages or f16 (through fp32) spill
+  // 8-16 bytes with them, and load at the block's start as before.
+  constexpr bool X_AHEAD = !ACT_RING && quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && STAGES <= 2;
   uint4 xa[NF][X_LOADS];  // X_AHEAD: the next block's activations
   auto load_x = [&](int f, int l, int i) {
     const int k = i * WARPS_K * KB + act_k(l);
@@ -358,10 +361,21 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 #pragma unroll
         for (int l = 0; l < X_LOADS; ++l) xr[f][l] = v.x[f][l];
     } else if constexpr (!X_AHEAD) {
+      // A block wholly inside the reduction length loads MXFP4 activations without predicates (their
+      // zeroing cost ~12 instructions a block), under one branch for the block.
+      const bool whole_block = quant_is_mxfp4(QUANT) && (b_base + i * WARPS_K + 1) * KB <= args.inner;
+      if (whole_block) {
 #pragma unroll
-      for (int f = 0; f < NF; ++f)
+        for (int f = 0; f < NF; ++f)
 #pragma unroll
-        for (int l = 0; l < X_LOADS; ++l) load_x(f, l, i);
+          for (int l = 0; l < X_LOADS; ++l)
+            xr[f][l] = __ldg(reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(i * WARPS_K * KB + act_k(l)) * EB));
+      } else {
+#pragma unroll
+        for (int f = 0; f < NF; ++f)
+#pragma unroll
+          for (int l = 0; l < X_LOADS; ++l) load_x(f, l, i);
+      }
     }
     // Eight activations (four MMA_DTYPE pairs) of group q for fragment f.
     auto x_group = [&](int f, int q) {
