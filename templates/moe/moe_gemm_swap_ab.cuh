@@ -330,10 +330,10 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 
   // Activations of the lane's elements for each token, in the weights' run order: landed in the
   // ring (fp8), or loaded from global memory (L1), zeros past the reduction length.
-  // MXFP4 loads them one block ahead: block i + 1's load l of a fragment goes out as soon as block
-  // i's mma of group l have read it, so the loads have a block's math to land. ncu (H100,
-  // gpt-oss-120b M = 128, GEMM1): 37% of the stall samples were the first mma of a block waiting
-  // for the activations loaded at its start. Same run, two rounds, M = 1 / 16 / 128: mxfp4_packed
+  // MXFP4 (bf16, two-stage rings: below) loads them one block ahead: block i + 1's load l of a
+  // fragment goes out as soon as block i's mma of group l have read it, so the loads have a block's
+  // math to land. ncu (H100, gpt-oss-120b M = 128, GEMM1): 37% of the stall samples were the first
+  // mma of a block waiting for the activations loaded at its start. Same run, two rounds, M = 1 / 16 / 128: mxfp4_packed
   // 33.3-33.5 / 278.8-278.9 / 716.4-717.0 -> 32.5 / 270.9-271.1 / 683.4-687.1 us, mxfp4 16 / 128
   // 290.1-290.8 / 737.5-738.7 -> 276.3-276.8 / 696.5-697.0; gpt-oss-20b M = 64 / 128 264-266 /
   // 400-405 -> 247.6-247.7 / 375-378. int4 / int8 the same way: 0-1.8% slower (int4 spills), so
@@ -369,7 +369,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         for (int f = 0; f < NF; ++f)
 #pragma unroll
           for (int l = 0; l < X_LOADS; ++l)
-            xr[f][l] = __ldg(reinterpret_cast<const uint4*>(a_ptr[f] + static_cast<long long>(i * WARPS_K * KB + act_k(l)) * EB));
+            xr[f][l] = __ldg(reinterpret_cast<const uint4*>(
+                a_ptr[f] + static_cast<long long>(i * WARPS_K * KB + act_k(l)) * EB));
       } else {
 #pragma unroll
         for (int f = 0; f < NF; ++f)
