@@ -72,12 +72,15 @@ __device__ inline uint4 dequant8(unsigned lo, unsigned hi, float scale, float ze
     const unsigned w = lo;
     const unsigned unbias = 0x7e807e80u;  // 2^126 in both lanes
     const unsigned scale2 = sm80::pack2<DTYPE>(scale, scale);
-    const unsigned hi = w >> 4;
 #pragma unroll
     for (int p = 0; p < 4; ++p) {
-      const unsigned t = nibble_pair(w, hi, p);
-      const unsigned v = QUANT == kQuantMxfp4Packed ? mxfp4_packed_pair(w, p)
-                                                    : ((t << 6) & 0x01c001c0u) | ((t << 12) & 0x80008000u);
+      unsigned v;  // pair p at the bf16 bits (value x 2^-126)
+      if constexpr (QUANT == kQuantMxfp4Packed) {
+        v = mxfp4_packed_pair(w, p);
+      } else {
+        const unsigned t = nibble_pair(w, w >> 4, p);
+        v = ((t << 6) & 0x01c001c0u) | ((t << 12) & 0x80008000u);
+      }
       out[p] = fma2<DTYPE>(fma2<DTYPE>(v, unbias, 0x80008000u), scale2, 0x80008000u);
     }
   } else {

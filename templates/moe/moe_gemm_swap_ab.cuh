@@ -345,13 +345,15 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // bf16 two-stage rings (the tiles the tuner and the heuristic pick for MXFP4 decode): the
   // registers of the next block's activations fit there; three stages or f16 (through fp32) spill
   // 8-16 bytes with them, and load at the block's start as before.
-  constexpr bool X_AHEAD = !ACT_RING && quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && STAGES <= 2;
+  constexpr bool X_AHEAD = quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && STAGES <= 2;  // MXFP4: no ring
   uint4 xa[NF][X_LOADS];  // X_AHEAD: the next block's activations
+  // Load l of fragment f in block i (relative to the ring turn): its k and address.
+  auto x_k = [&](int l, int i) { return i * WARPS_K * KB + act_k(l); };
+  auto x_src = [&](int f, int l, int i) { return a_ptr[f] + static_cast<long long>(x_k(l, i)) * EB; };
   auto load_x = [&](int f, int l, int i) {
-    const int k = i * WARPS_K * KB + act_k(l);
-    const unsigned char* src = a_ptr[f] + static_cast<long long>(k) * EB;
-    if constexpr (X_AHEAD) ldg16_if<ROLE == kRoleGemm1>(xa[f][l], src, x_live[f] && k < k_left);
-    else xa[f][l] = k < k_left ? __ldg(reinterpret_cast<const uint4*>(src)) : make_uint4(0u, 0u, 0u, 0u);
+    const bool inside = x_k(l, i) < k_left;
+    if constexpr (X_AHEAD) ldg16_if<ROLE == kRoleGemm1>(xa[f][l], x_src(f, l, i), x_live[f] && inside);
+    else xa[f][l] = inside ? __ldg(reinterpret_cast<const uint4*>(x_src(f, l, i))) : make_uint4(0u, 0u, 0u, 0u);
   };
   auto compute_block = [&](const LaneBlock<LOADS, NF, X_LOADS>& v, int i) {
     uint4 (&xr)[NF][X_LOADS] = xa;
@@ -369,8 +371,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         for (int f = 0; f < NF; ++f)
 #pragma unroll
           for (int l = 0; l < X_LOADS; ++l)
-            xr[f][l] = __ldg(reinterpret_cast<const uint4*>(
-                a_ptr[f] + static_cast<long long>(i * WARPS_K * KB + act_k(l)) * EB));
+            xr[f][l] = __ldg(reinterpret_cast<const uint4*>(x_src(f, l, i)));
       } else {
 #pragma unroll
         for (int f = 0; f < NF; ++f)
