@@ -1,6 +1,7 @@
 // routing_topk + the whole Router on the GPU against the fp64 CPU reference: every scoring rule,
 // grouped top-k with correction bias, the logit types, top_k 1..32 and E up to 512 (and 1024), ties,
-// M = 0, both launch paths around their boundary, expert parallelism, and a CUDA graph.
+// M = 0, both launch paths around their boundary (and the one-launch path's few-keys branch),
+// expert parallelism, and a CUDA graph.
 #include <doctest/doctest.h>
 
 #include <fmt/format.h>
@@ -188,11 +189,23 @@ TEST_CASE("Router: one-launch / three-launch boundary, expert_map with half remo
     for (int e = 0; e < E; ++e) map[e] = e % 2 ? e / 2 : -1;
     RouterConfig ep = base;
     ep.num_local_experts = E / 2;
-    for (int tokens : {1, 31, 32, 33, 64, 2049}) {
+    for (int tokens : {1, 2, 4, 5, 31, 32, 33, 64, 2049}) {
       INFO(fmt::format("E={} top_k={} M={}", E, base.top_k, tokens));
       CHECK(run_case(rt, {base, tokens, base.n_group > 1, 0, {}, true}, rng) == "");
       CHECK(run_case(rt, {ep, tokens, base.n_group > 1, 1, map, true}, rng) == "");
     }
+  }
+  // Few keys (M * top_k <= 32: the route kernel's warp-0 path) with more rows an expert than a
+  // tile holds: several tiles per expert, padding rows, and the last key of 32.
+  RouterConfig few{.num_experts = 3, .top_k = 1, .block_m = 8};
+  RouterConfig pairs{.num_experts = 5, .top_k = 2, .renormalize = false, .block_m = 8};
+  for (int tokens : {1, 7, 20, 32, 33}) {
+    INFO("E=3 top_k=1 M=" << tokens);
+    CHECK(run_case(rt, {few, tokens, false, 0, {}, true}, rng) == "");
+  }
+  for (int tokens : {3, 16, 17}) {
+    INFO("E=5 top_k=2 M=" << tokens);
+    CHECK(run_case(rt, {pairs, tokens, false, 0, {}, true}, rng) == "");
   }
   // The widest router (E = 1024, 32 experts per lane) on both paths.
   // fp32 logits: the grid's values (k / 128 up to 4) are not all exact in bf16 for E = 1024.
