@@ -62,7 +62,7 @@ __device__ inline void route_few_keys(const RoutingFusedArgs& args, int* keys, i
                                                        N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(args.topk, warp, lane);
     if (lane < TOPK) {
       int flags = 0;  // per key: no shared word to zero (and wait for) before the top-k
-      keys[warp * TOPK + lane] = routing_sort_detail::local_expert(s, id, &flags);
+      keys[warp * TOPK + lane] = routing_sort_detail::local_expert_flagged(s, id, flags);
       key_flags[warp * TOPK + lane] = flags;
     }
   }

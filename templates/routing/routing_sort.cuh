@@ -32,19 +32,26 @@ struct Shape {
   static_assert(PADDED <= 1024, "ranks and chunk counts are 16-bit; at most 1024 keys per CTA");
 };
 
-// Global expert id -> local id, or -1 when the expert is not local (dropped). Invalid input sets a
-// bit in *flags (shared memory) and is dropped: never an out-of-bounds access.
-__device__ inline int local_expert(const RoutingSortArgs& a, int id, int* flags) {
+// Global expert id -> local id, or -1 when the expert is not local (dropped). Invalid input ORs
+// a bit into `flags` (a register) and is dropped: never an out-of-bounds access.
+__device__ inline int local_expert_flagged(const RoutingSortArgs& a, int id, int& flags) {
   if (id < 0 || id >= a.num_experts) {
-    atomicOr(flags, kRoutingBadExpertId);
+    flags |= kRoutingBadExpertId;
     return -1;
   }
   if (a.expert_map == nullptr) return id;
   const int local = a.expert_map[id];
   if (local < -1 || local >= a.num_local_experts) {
-    atomicOr(flags, kRoutingBadExpertMap);
+    flags |= kRoutingBadExpertMap;
     return -1;
   }
+  return local;
+}
+// The same with the bits ORed into *flags in shared memory.
+__device__ inline int local_expert(const RoutingSortArgs& a, int id, int* flags) {
+  int bits = 0;
+  const int local = local_expert_flagged(a, id, bits);
+  if (bits) atomicOr(flags, bits);
   return local;
 }
 

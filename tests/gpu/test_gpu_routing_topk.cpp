@@ -195,6 +195,18 @@ TEST_CASE("Router: one-launch / three-launch boundary, expert_map with half remo
       CHECK(run_case(rt, {ep, tokens, base.n_group > 1, 1, map, true}, rng) == "");
     }
   }
+  // Bad expert_map entries (past the local experts) are dropped and flagged, on both paths: every
+  // third expert maps to local id 100 of 64, odd others are local (e / 2), even others remote.
+  {
+    RouterConfig bad = qwen;
+    bad.num_local_experts = 64;
+    std::vector<int> map(128);
+    for (int e = 0; e < 128; ++e) map[e] = e % 3 == 0 ? 100 : e % 2 ? e / 2 : -1;
+    for (int tokens : {1, 2, 4, 33}) {
+      INFO("bad expert_map entries, M=" << tokens);
+      CHECK(run_case(rt, {bad, tokens, false, 0, map, true}, rng) == "");
+    }
+  }
   // Few keys (M * top_k <= 32: the route kernel's warp-0 path) with more rows an expert than a
   // tile holds: several tiles per expert, padding rows, and the last key of 32.
   RouterConfig few{.num_experts = 3, .top_k = 1, .block_m = 8};
