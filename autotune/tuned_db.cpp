@@ -109,8 +109,11 @@ MoeTileConfig tile_config_from_json(const nlohmann::json& j) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(Phase::Validate, fmt::format("tile config {}: {}", j.dump(), e.what()));
   }
-  MOEJIT_REQUIRE(c.block_m >= kMoeMinBlockM && c.block_m <= kMoeMaxBlockM && (c.block_m & (c.block_m - 1)) == 0,
-                 "tile config: block_m = {} must be a power of two in [{}, {}]", c.block_m, kMoeMinBlockM, kMoeMaxBlockM);
+  // 24: the swap-AB kernel's three-fragment tiles (its block_m is 8, 16, 24 or 32).
+  MOEJIT_REQUIRE(c.block_m >= kMoeMinBlockM && c.block_m <= kMoeMaxBlockM &&
+                     ((c.block_m & (c.block_m - 1)) == 0 || c.block_m == 24),
+                 "tile config: block_m = {} must be a power of two in [{}, {}] or 24", c.block_m, kMoeMinBlockM,
+                 kMoeMaxBlockM);
   return c;
 }
 

@@ -54,6 +54,11 @@ TEST_CASE("autotune: the config space is pruned before compiling") {
   const auto big = candidate_block_ms(s, 8192);  // 512 rows per expert
   CHECK(std::find(big.begin(), big.end(), 128) != big.end());
   CHECK(std::find(big.begin(), big.end(), 16) == big.end());
+  // 9 to 24 rows an expert: 24-row swap-AB tiles too, and nothing but swap-AB tiles at 24 rows.
+  CHECK(candidate_block_ms(s, 256) == std::vector<int>{16, 24, 32});  // 16 rows per expert
+  const auto at24 = candidate_tiles(s, 24, true, DeviceLimits{227 * 1024, "sm_90a"});
+  CHECK_FALSE(at24.empty());
+  for (const auto& t : at24) CHECK(t.swap_ab);
   for (const DeviceLimits& limits : {DeviceLimits{227 * 1024, "sm_90a"}, DeviceLimits{64 * 1024, "sm_80"}})
     for (int bm : {16, 32, 64, 128})
       for (bool gemm1 : {true, false}) {
@@ -299,6 +304,14 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   c.gemm2.split_k = 2;
   CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
   CHECK(tile_config_to_json(c)["gemm1"]["persistent"] == true);
+  // block_m: powers of two, or the swap-AB kernel's 24.
+  MoeTileConfig three;
+  three.block_m = 24;
+  three.gemm1 = three.gemm2 = swap_ab_tile(4, 2, 2);
+  CHECK(tile_config_from_json(tile_config_to_json(three)) == three);
+  auto forty = tile_config_to_json(three);
+  forty["block_m"] = 40;
+  CHECK_THROWS_WITH_AS(tile_config_from_json(forty), doctest::Contains("power of two"), Error);
   CHECK_FALSE(tile_config_to_json(c)["gemm1"].contains("warps_m"));
 
   // Refused before anything compiles: other archs, quantized weights, the deterministic mode,

@@ -296,7 +296,7 @@ std::vector<MoeKernelCase> moe_swap_ab_cases() {
 
   std::vector<MoeKernelCase> out;
   for (const MoeSpec& spec : specs)
-    for (int bm : {8, 16, 32})
+    for (int bm : {8, 16, 24, 32})
       for (int variant = 0; variant < 4; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
