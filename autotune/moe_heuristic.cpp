@@ -335,19 +335,24 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   return c;
 }
 
-std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens, const std::string& arch) {
-  // Every batch size: the decode tiles change inside a bucket (swap-AB warps along k with the
-  // touched experts, the GEMV's token limit), and a bucket's first count missed them (4-bit layers
-  // compiled swap-AB tiles at their first forward, under an engine's graph capture). Past
-  // kExactCounts tokens every rule depends on rows per expert alone (> 64 there unless E / top_k >
-  // 1024): 1/4096 steps, and the end.
+std::vector<int> config_batch_sizes(int max_tokens) {
+  // (A bucket's first count alone missed the decode tiles: 4-bit layers compiled swap-AB tiles at
+  // their first forward, under an engine's graph capture.)
   constexpr int kExactCounts = 1 << 16;
-  std::vector<MoeTileConfig> out;
   const int last = std::max(max_tokens, 1);
+  std::vector<int> out;
   for (int m = 1;; m = m < kExactCounts ? m + 1 : static_cast<int>(std::min<long long>(last, m + m / 4096LL))) {
+    out.push_back(std::min(m, last));
+    if (m >= last) break;
+  }
+  return out;
+}
+
+std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens, const std::string& arch) {
+  std::vector<MoeTileConfig> out;
+  for (int m : config_batch_sizes(max_tokens)) {
     const MoeTileConfig c = heuristic_tile_config(spec, m, true, arch);
     if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
-    if (m >= last) break;
   }
   return out;
 }

@@ -137,5 +137,11 @@ GemmTile wgmma_tile(int block_n, int stages, int split_k = 0, bool persistent = 
 bool wgmma_supported(const MoeSpec& spec, const std::string& arch);
 // Every config the heuristic returns for 1 <= num_tokens <= max_tokens (for eager compiles).
 std::vector<MoeTileConfig> heuristic_tile_configs(const MoeSpec& spec, int max_tokens, const std::string& arch = "");
+// The batch sizes whose configs stand for 1 .. max_tokens (ascending, max_tokens last): every count
+// up to 2^16, then steps of 1/4096. Decode tiles change inside a bucket (swap-AB warps along k with
+// the touched experts, the GEMV's token limit); past 2^16 tokens every rule depends on rows per
+// expert alone (> 64 there unless E / top_k > 1024). MoeLayer::prepare samples its tuned path the
+// same way.
+std::vector<int> config_batch_sizes(int max_tokens);
 
 }  // namespace moejit

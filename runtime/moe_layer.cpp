@@ -155,12 +155,10 @@ void MoeLayer::prepare(int max_tokens) {
     configs = heuristic_tile_configs(spec_, max_tokens, arch);
   } else {
     // The config of each batch size up to max_tokens: a tuned bucket in reach, else the heuristic's
-    // (tuned_db.h, kTunedBucketReachLog2). Batch sizes sampled 0.1% apart: a config missed here
-    // still compiles on first use.
-    for (int m = 1;; m = static_cast<int>(std::min<long long>(max_tokens, m + std::max(1LL, m / 1024LL)))) {
+    // (tuned_db.h, kTunedBucketReachLog2), at the batch sizes the heuristic's own list samples.
+    for (int m : config_batch_sizes(max_tokens)) {
       const MoeTileConfig c = tile_config(m);
       if (std::find(configs.begin(), configs.end(), c) == configs.end()) configs.push_back(c);
-      if (m == max_tokens) break;
     }
   }
   // Each config in every GEMM2 role a batch up to max_tokens runs it in.

@@ -255,6 +255,21 @@ TEST_CASE("moe: the workspace never shrinks as M grows (split-K buffers included
     }
 }
 
+TEST_CASE("moe: the batch sizes prepare() samples: every count to 2^16, then 1/4096 steps, ending at the max") {
+  const auto small = config_batch_sizes(3000);
+  REQUIRE(small.size() == 3000);
+  for (int i = 0; i < 3000; ++i) CHECK(small[i] == i + 1);
+  CHECK(config_batch_sizes(0) == std::vector<int>{1});
+  const int big = (1 << 16) + 100000;
+  const auto wide = config_batch_sizes(big);
+  CHECK(wide.back() == big);
+  for (std::size_t i = 1; i < wide.size(); ++i) {
+    CHECK(wide[i] > wide[i - 1]);
+    if (wide[i - 1] >= (1 << 16)) CHECK(wide[i] - wide[i - 1] <= wide[i - 1] / 4096 + 1);
+  }
+  CHECK(wide[(1 << 16) - 1] == 1 << 16);
+}
+
 TEST_CASE("moe: tile heuristic stays in bounds and prepare() covers every config it returns") {
   for (int e : {8, 60, 128, 256})
     for (int k : {1, 2, 6, 8}) {
