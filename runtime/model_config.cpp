@@ -27,14 +27,43 @@ int required_int(const nlohmann::json& j, std::initializer_list<const char*> nam
     throw Error(Phase::Validate, fmt::format("model config field {} must be a positive integer", list.front()));
   return v->get<int>();
 }
-// hidden_act names the gate's function; MoE experts are gated (x W_gate, x W_up) unless the model
-// says otherwise, so "silu" means silu_mul here.
+// Hugging Face activation spellings: the layer activation of a gated expert (x W_gate, x W_up) and
+// of a single-input one (x W_up); null where the function has no such form.
+struct HfActivation {
+  const char* hf;
+  const char* gated;
+  const char* single;
+};
+constexpr HfActivation kHfActivations[] = {
+    {"silu", "silu_mul", "silu"},
+    {"swish", "silu_mul", "silu"},
+    {"swiglu", "silu_mul", nullptr},
+    {"gelu", "gelu_mul", "gelu"},
+    {"gelu_pytorch_tanh", "gelu_tanh_mul", "gelu_tanh"},
+    {"gelu_new", "gelu_tanh_mul", "gelu_tanh"},
+    {"gelu_fast", "gelu_tanh_mul", "gelu_tanh"},
+    {"relu2", "relu2", "relu2"},  // one input either way
+    {"relu_squared", "relu2", "relu2"},
+};
+// hidden_act names the gate's function; MoE experts are gated unless the model says otherwise, so
+// "silu" means silu_mul here. Other names: our own spellings, else a clear error.
 std::string expert_activation(const std::string& hidden_act) {
-  if (hidden_act == "silu" || hidden_act == "swiglu" || hidden_act == "swish") return "silu_mul";
-  if (hidden_act == "gelu") return "gelu_mul";
-  if (hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu_new" || hidden_act == "gelu_fast") return "gelu_tanh_mul";
-  if (hidden_act == "relu2" || hidden_act == "relu_squared") return "relu2";
-  return activation_name(parse_activation(hidden_act));  // our own spellings; else a clear error
+  for (const auto& a : kHfActivations)
+    if (hidden_act == a.hf) return a.gated;
+  return activation_name(parse_activation(hidden_act));
+}
+// Single-input experts (Nemotron-H's mlp_hidden_act: up, act, down).
+std::string single_input_activation(const std::string& act) {
+  const HfActivation* hf = nullptr;
+  for (const auto& a : kHfActivations)
+    if (act == a.hf) hf = &a;
+  if (hf && hf->single) return hf->single;
+  const int code = hf ? kActNone : parse_activation(act);  // a gated-only spelling: refused below
+  if (activation_is_gated(code) || code == kActNone)
+    throw Error(Phase::Validate, fmt::format("model config: mlp_hidden_act '{}' is not a single-input activation "
+                                             "(Nemotron-H experts take one input: relu2, silu, gelu, gelu_tanh)",
+                                             act));
+  return activation_name(code);
 }
 void parse_quantization(const nlohmann::json& q, ModelMoeConfig& m) {
   const std::string method = q.value("quant_method", std::string());
@@ -143,14 +172,12 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   if (m.model_type.rfind("glm4", 0) == 0 && m.model_type.find("moe") != std::string::npos && !scoring_stated)
     m.scoring = "sigmoid";
   // Nemotron-H: sigmoid scores with a correction bias, single-input experts of mlp_hidden_act
-  // (relu2), run in the latent space where it has one (moe_latent_size: the projections in and
+  // (relu2 where the config does not say, as Hugging Face's NemotronHConfig), run in the latent space where it has one (moe_latent_size: the projections in and
   // out of it are the model's, outside the experts).
   if (m.model_type == "nemotron_h") {
     if (!scoring_stated) m.scoring = "sigmoid";
-    if (auto* v = first_of(j, {"mlp_hidden_act"}); v && v->is_string()) {
-      const std::string act = v->get<std::string>();
-      m.activation = act == "relu_squared" ? "relu2" : act == "gelu_pytorch_tanh" ? "gelu_tanh" : act;
-    }
+    const nlohmann::json* act = first_of(j, {"mlp_hidden_act"});
+    m.activation = single_input_activation(act && act->is_string() ? act->get<std::string>() : "relu2");  // HF's default
     if (auto* v = first_of(j, {"moe_latent_size"}); v && v->is_number_integer()) m.hidden = v->get<int>();
   }
   // Jamba keeps the softmax weights of its top-k as they are (no renormalization) unless it says.

@@ -428,6 +428,23 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
   CHECK(nemo.hidden == 2688);
   CHECK(spec_of(R"({"model_type":"nemotron_h","n_routed_experts":512,"num_experts_per_tok":22,"hidden_size":4096,
                     "moe_latent_size":1024,"moe_intermediate_size":2688,"mlp_hidden_act":"relu2"})").hidden == 1024);
+  // mlp_hidden_act in Hugging Face's spellings, single-input; relu2 where the config does not say.
+  auto nemotron_act = [&](const std::string& act) {
+    const std::string stated = act.empty() ? "" : fmt::format(R"(,"mlp_hidden_act":"{}")", act);
+    return spec_of(fmt::format(R"({{"model_type":"nemotron_h","n_routed_experts":8,"num_experts_per_tok":2,)"
+                               R"("hidden_size":64,"moe_intermediate_size":64{}}})",
+                               stated)
+                       .c_str())
+        .activation;
+  };
+  CHECK(nemotron_act("") == kActRelu2);
+  CHECK(nemotron_act("relu_squared") == kActRelu2);
+  CHECK(nemotron_act("gelu_new") == kActGeluTanh);
+  CHECK(nemotron_act("silu") == kActSilu);
+  CHECK(nemotron_act("gelu") == kActGelu);
+  CHECK_THROWS_WITH_AS(nemotron_act("swiglu"), doctest::Contains("not a single-input activation"), Error);
+  CHECK_THROWS_WITH_AS(nemotron_act("silu_mul"), doctest::Contains("not a single-input activation"), Error);
+  CHECK_THROWS_WITH_AS(nemotron_act("tanhh"), doctest::Contains("unknown activation"), Error);
   CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"qwen3_moe","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
                                    "moe_intermediate_size":64,"quantization_config":{"quant_method":"gptq","bits":4,
                                    "group_size":32,"desc_act":true}})"),
