@@ -54,16 +54,22 @@ std::string expert_activation(const std::string& hidden_act) {
 }
 // Single-input experts (Nemotron-H's mlp_hidden_act: up, act, down).
 std::string single_input_activation(const std::string& act) {
-  const HfActivation* hf = nullptr;
+  const char* single = nullptr;  // swiglu, silu_mul, none, ...: refused
+  bool known = false;
   for (const auto& a : kHfActivations)
-    if (act == a.hf) hf = &a;
-  if (hf && hf->single) return hf->single;
-  const int code = hf ? kActNone : parse_activation(act);  // a gated-only spelling: refused below
-  if (activation_is_gated(code) || code == kActNone)
+    if (act == a.hf) {
+      single = a.single;
+      known = true;
+    }
+  if (!known) {  // our own spellings; else a clear error
+    const int code = parse_activation(act);
+    if (!activation_is_gated(code) && code != kActNone) single = activation_name(code);
+  }
+  if (single == nullptr)
     throw Error(Phase::Validate, fmt::format("model config: mlp_hidden_act '{}' is not a single-input activation "
                                              "(Nemotron-H experts take one input: relu2, silu, gelu, gelu_tanh)",
                                              act));
-  return activation_name(code);
+  return single;
 }
 void parse_quantization(const nlohmann::json& q, ModelMoeConfig& m) {
   const std::string method = q.value("quant_method", std::string());
@@ -172,8 +178,9 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   if (m.model_type.rfind("glm4", 0) == 0 && m.model_type.find("moe") != std::string::npos && !scoring_stated)
     m.scoring = "sigmoid";
   // Nemotron-H: sigmoid scores with a correction bias, single-input experts of mlp_hidden_act
-  // (relu2 where the config does not say, as Hugging Face's NemotronHConfig), run in the latent space where it has one (moe_latent_size: the projections in and
-  // out of it are the model's, outside the experts).
+  // (relu2 where the config does not say, as Hugging Face's NemotronHConfig), run in the latent
+  // space where it has one (moe_latent_size: the projections in and out of it are the model's,
+  // outside the experts).
   if (m.model_type == "nemotron_h") {
     if (!scoring_stated) m.scoring = "sigmoid";
     const nlohmann::json* act = first_of(j, {"mlp_hidden_act"});
