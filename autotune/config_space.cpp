@@ -99,6 +99,10 @@ std::vector<GemmTile> candidate_tiles(const MoeSpec& spec, int block_m, bool gem
     for (const auto& [wn, wk, stages] :
          {std::tuple{4, 1, 2}, {4, 2, 2}, {4, 4, 2}, {2, 8, 2}, {8, 1, 2}, {4, 1, 4}, {4, 1, 3}, {8, 1, 3}})
       add_if_fits(swap_ab_tile(wn, wk, stages));
+  // Its wgmma variant (sm_90a, 16-bit activations), 16 to 32 tokens a tile: one or two warpgroups,
+  // two or four k blocks in flight.
+  if ((block_m == 16 || block_m == 32) && swap_ab_wgmma_supported(spec, limits.arch))
+    for (const auto& [wn, stages] : {std::pair{8, 2}, {8, 4}, {4, 2}}) add_if_fits(swap_ab_wgmma_tile(wn, stages));
   // wgmma (sm_90a prefill), plain, persistent and persistent with the staged epilogue: weight rows
   // per tile (G * block_n) of 64, 128, 192 or 256 (64: finer tiles even out a decode step's wave),
   // ring depths.

@@ -74,7 +74,8 @@ std::string MoeTileConfig::describe() const {
   if (gemv) return "gemv";
   auto tile = [](const GemmTile& t) {
     const std::string split = t.split_k ? fmt::format(" k/{}", t.split_k) : std::string();
-    if (t.swap_ab) return fmt::format("swapab w{}x{} s{}{}", t.warps_n, t.warps_k, t.stages, split);
+    if (t.swap_ab)
+      return fmt::format("swapab{} w{}x{} s{}{}", t.swap_ab_wgmma ? " wg" : "", t.warps_n, t.warps_k, t.stages, split);
     if (t.wgmma)
       return fmt::format("wgmma bn{} s{}{}{}{}{}{}{}{}{}", t.block_n, t.stages, t.persistent ? " ws" : "",
                          t.staged ? " st" : "", t.pingpong ? " pp" : "", t.multicast ? " mc" : "",
@@ -108,6 +109,16 @@ GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k) {
   t.stages = stages;
   t.split_k = split_k;
   return t;
+}
+
+GemmTile swap_ab_wgmma_tile(int warps_n, int stages, int split_k) {
+  GemmTile t = swap_ab_tile(warps_n, 1, stages, split_k);
+  t.swap_ab_wgmma = true;
+  return t;
+}
+
+bool swap_ab_wgmma_supported(const MoeSpec& spec, const std::string& arch) {
+  return arch_has_wgmma(arch) && !quant_is_fp8(spec.quant) && swap_ab_supported_both(spec);
 }
 
 bool swap_ab_supported(const MoeSpec& spec, bool gemm1) {
@@ -239,6 +250,22 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // 96 / 128 302-304 / 376-378 -> 298-300 / 350-352 us, gpt-oss-120b M = 384 / 512 1122 / 1426 ->
   // 1086 / 1274. (int4 Qwen3-30B-A3B M = 192: 307 -> 464: not for int4.)
   const bool three_fragments = quant_is_mxfp4(spec.quant) && spec.dtype == kDTypeBF16;
+  // sm_90a, MXFP4 into bf16 and int4 at 12 .. 24 rows an expert: the swap-AB kernel's wgmma
+  // variant (the tokens staged in shared memory instead of registers, one warpgroup MMA per k16
+  // step), 32 rows a tile (16 at 12 rows). H100, same run, against the heuristic's 24-row mma.sync
+  // tiles (MXFP4) or the shipped DB's 64-row wgmma tiles: gpt-oss-20b M = 96 / 128 / 160 / 192 299.5
+  // / 345.1 / - / 385.2 -> 291.1 / 328.4 / 318.3 / 325.5 us, gpt-oss-120b M = 384 / 512 / 640 / 720 (DB)
+  // 1380 / 1386 / 1379 / 1381 -> 1040 / 1119 / 1155 / 1183, int4 Qwen3-30B-A3B M = 192 / 256 / 320 /
+  // 360 (DB) 334 / 332 / 335 / 342 -> 260 / 268 / 279 / 290. 16-row tiles from 13 rows split most
+  // experts in two (gpt-oss-120b M = 512 / 640 1213 / 1411, Qwen3 256 / 320 315 / 386). Not at 9
+  // rows (gpt-oss-20b M = 72: 261.8 -> 268.7) nor 32 (M = 256: 386.8 -> 403.4; int4 Qwen3 M = 512 336
+  // -> 373).
+  const bool wgmma_format = three_fragments || spec.quant == kQuantInt4Group;
+  if (swap_ab && wgmma_format && rows >= 12 && rows <= 24 && swap_ab_wgmma_supported(spec, arch)) {
+    c.block_m = rows <= 12 ? 16 : 32;
+    c.gemm1 = c.gemm2 = swap_ab_wgmma_tile(8, 2);
+    return c;
+  }
   if (swap_ab && rows <= 16 && swap_ab_format && swap_ab_supported_both(spec)) {
     c.block_m = rows <= 8 ? 8 : three_fragments ? 24 : 16;
     c.gemm1 = swap_ab_decode_tile(spec, num_tokens, c.block_m, true);

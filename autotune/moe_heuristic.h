@@ -23,6 +23,10 @@ struct GemmTile {
   // those and warps_m are 0 in its tiles.
   bool swap_ab = false;
   int warps_k = 0;
+  // swap_ab_wgmma (swap-AB tiles, sm_90a): the kernel's wgmma variant: the tile's tokens staged in
+  // shared memory per k block and one warpgroup MMA per k16 step with the dequantized weights from
+  // registers, for up to 64 tokens (warps_n a multiple of 4, warps_k 1, 16-bit activations).
+  bool swap_ab_wgmma = false;
   // wgmma: the sm_90a prefill kernel (moe_gemm_wgmma); it takes block_n and stages and derives
   // block_k (64) and its warps (one warpgroup per 64 rows): block_k, warps_m and warps_n are 0.
   bool wgmma = false;
@@ -127,6 +131,9 @@ constexpr int kGemvHeuristicMaxTokensFp8 = 2;
 // reduce mode (its sums' order differs from the shared-memory kernel's) and a reduction length made
 // of whole 16-byte chunks of weights.
 GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k = 0);
+GemmTile swap_ab_wgmma_tile(int warps_n, int stages, int split_k = 0);  // warps_k 1
+// Whether the layer can run the wgmma variant of the swap-AB kernel on both GEMMs on `arch`.
+bool swap_ab_wgmma_supported(const MoeSpec& spec, const std::string& arch);
 bool swap_ab_supported(const MoeSpec& spec, bool gemm1);
 bool swap_ab_supported_both(const MoeSpec& spec);  // GEMM1 and GEMM2 (block_m 8 needs both)
 // A wgmma tile (GemmTile::wgmma), and whether the layer can run one on arch: sm_90a, 16-bit

@@ -54,15 +54,19 @@ nlohmann::json tile_to_json(const GemmTile& t) {
   if (t.multicast) j["multicast"] = true;          // absent = false
   if (t.pregather) j["pregather"] = true;          // absent = false
   if (t.work_queue >= 0) j["work_queue"] = t.work_queue == 1;  // absent = -1 (the layer's rule)
+  if (t.swap_ab_wgmma) j["swap_ab_wgmma"] = true;  // absent = false
   return j;
 }
 GemmTile tile_kind_from_json(const nlohmann::json& j) {
   if (j.value("wgmma", false))
     return wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
                       j.value("persistent", false), j.value("staged", false));
-  if (j.value("swap_ab", false))
-    return swap_ab_tile(j.at("warps_n").get<int>(), j.at("warps_k").get<int>(), j.at("stages").get<int>(),
-                        j.value("split_k", 0));
+  if (j.value("swap_ab", false)) {
+    GemmTile t = swap_ab_tile(j.at("warps_n").get<int>(), j.at("warps_k").get<int>(), j.at("stages").get<int>(),
+                              j.value("split_k", 0));
+    t.swap_ab_wgmma = j.value("swap_ab_wgmma", false);
+    return t;
+  }
   GemmTile t;
   t.block_n = j.at("block_n").get<int>();
   t.block_k = j.at("block_k").get<int>();

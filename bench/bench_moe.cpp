@@ -81,8 +81,10 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
     for (int m : ctx.token_counts) {
       MoeTileConfig config = layer.tile_config(m);
       const long long rows_per_expert = (static_cast<long long>(m) * s.top_k + EL - 1) / EL;
-      if (ctx.swap_ab && rows_per_expert <= 32 && swap_ab_supported_both(s)) {
-        config.block_m = rows_per_expert <= 8 ? 8 : rows_per_expert <= 16 ? 16 : 32;
+      const long long swap_ab_rows = ctx.swap_ab && ctx.swap_ab->swap_ab_wgmma ? 64 : 32;
+      if (ctx.swap_ab && rows_per_expert <= swap_ab_rows && swap_ab_supported_both(s)) {
+        config.block_m = ctx.block_m ? *ctx.block_m
+                         : rows_per_expert <= 8 ? 8 : rows_per_expert <= 16 ? 16 : rows_per_expert <= 32 ? 32 : 64;
         config.gemm1 = config.gemm2 = *ctx.swap_ab;
         config.gemv = false;
       }

@@ -31,6 +31,9 @@ struct Context {
   // --swap-ab WNxWKxS: decode batches (<= 32 rows per expert) run both GEMMs on these swap-AB tiles
   // instead of the layer's own choice (A/B against the tuned or heuristic configs).
   std::optional<GemmTile> swap_ab;
+  // --block-m N: with --swap-ab, the tiles' tokens (routing block_m) instead of the rows per expert
+  // rounded up to 8 / 16 / 32; wgmma tiles take up to 64 rows per expert.
+  std::optional<int> block_m;
   // --walk-rows N: the wgmma tiles of every batch walk N row tiles per column sweep (0: the default
   // walk) instead of the config's own (A/B of GemmTile::walk_rows).
   std::optional<int> walk_rows;

@@ -3,8 +3,8 @@
 // shapes or a Hugging Face config.json.
 //
 //   moejit_bench [--model config.json] [--tokens 1,16,128,1024,8192] [--json out.json] [--reps N]
-//                [--only routing|moe] [--quant FORMAT] [--shapes name,name] [--swap-ab WNxWKxS]
-//                [--walk-rows N] [--pingpong] [--multicast] [--pregather] [--balanced]
+//                [--only routing|moe] [--quant FORMAT] [--shapes name,name] [--swap-ab WNxWKxS|wgWNxS]
+//                [--block-m N] [--walk-rows N] [--pingpong] [--multicast] [--pregather] [--balanced]
 //
 // Floors: bytes / device-to-device copy bandwidth, and flops / dense bf16 GEMM rate (cuBLAS, when
 // present; for fp8 w8a8 layers the dense fp8 rate of cuBLASLt); efficiency = floor / time. Times are medians over replays of a CUDA graph holding several
@@ -26,14 +26,20 @@ using namespace moejit;
 using namespace moejit::bench;
 
 namespace {
-// "4x2x4": swap-AB tiles of 4 warps along the columns, 2 along k, 4 k blocks in flight.
+// "4x2x4": swap-AB tiles of 4 warps along the columns, 2 along k, 4 k blocks in flight; "wg8x2": the
+// wgmma variant, 8 warps (two warpgroups) along the columns, 2 k blocks in flight.
 GemmTile parse_swap_ab(const std::string& text) {
-  int wn = 0, wk = 0, stages = 0;
-  char x1 = 0, x2 = 0;
-  std::istringstream in(text);
-  in >> wn >> x1 >> wk >> x2 >> stages;
-  MOEJIT_REQUIRE(in && x1 == 'x' && x2 == 'x' && in.peek() == EOF, "--swap-ab takes WNxWKxS (e.g. 4x2x4), not {}", text);
-  return swap_ab_tile(wn, wk, stages);
+  const bool wgmma = text.rfind("wg", 0) == 0;
+  int wn = 0, wk = 1, stages = 0;
+  char x1 = 0, x2 = 'x';
+  std::istringstream in(wgmma ? text.substr(2) : text);
+  if (wgmma)
+    in >> wn >> x1 >> stages;
+  else
+    in >> wn >> x1 >> wk >> x2 >> stages;
+  MOEJIT_REQUIRE(in && x1 == 'x' && x2 == 'x' && in.peek() == EOF,
+                 "--swap-ab takes WNxWKxS (e.g. 4x2x4) or wgWNxS (e.g. wg8x2), not {}", text);
+  return wgmma ? swap_ab_wgmma_tile(wn, stages) : swap_ab_tile(wn, wk, stages);
 }
 
 std::vector<int> parse_list(const std::string& text) {
@@ -92,6 +98,7 @@ int main(int argc, char** argv) {
       else if (arg == "--quant") quant = value();
       else if (arg == "--shapes") shape_filter = value();
       else if (arg == "--swap-ab") ctx.swap_ab = parse_swap_ab(value());
+      else if (arg == "--block-m") ctx.block_m = static_cast<int>(parse_int(value(), "--block-m"));
       else if (arg == "--walk-rows") ctx.walk_rows = static_cast<int>(parse_int(value(), "--walk-rows"));
       else if (arg == "--pingpong") ctx.pingpong = true;
       else if (arg == "--multicast") ctx.multicast = true;
@@ -103,7 +110,7 @@ int main(int argc, char** argv) {
       } else if (arg == "--help") {
         fmt::print("usage: moejit_bench [--model config.json] [--tokens 1,16,...] [--reps N] [--json out.json] "
                    "[--only routing|moe] [--quant none|int8_channel|int4_group|mxfp4|mxfp4_packed|fp8_block|fp8_channel|fp8_tensor] "
-                   "[--shapes name,name] [--swap-ab WNxWKxS] [--walk-rows N] [--pingpong] [--multicast] "
+                   "[--shapes name,name] [--swap-ab WNxWKxS|wgWNxS] [--block-m N] [--walk-rows N] [--pingpong] [--multicast] "
                    "[--pregather] [--balanced]\n");
         return 0;
       } else {

@@ -163,10 +163,15 @@ FamilyInfo moe_gemm_swap_ab_family() {
       dtype_param(),
       activation_param("silu_mul"),
       quant_param(),
-      int_param("block_m", "BLOCK_M", "tile rows = tokens per tile (= routing block_m): 8, 16, 24 or 32", 8, 8, 32),
+      int_param("block_m", "BLOCK_M", "tile rows = tokens per tile (= routing block_m): 8 .. 32 in steps of 8 (wgmma: .. 64)",
+                8, 8, 64),
       int_param("warps_n", "WARPS_N", "warps along the output columns (16 weight rows each)", 4, 1, 16),
       int_param("warps_k", "WARPS_K", "warps along k (their partial sums are added in shared memory)", 2, 1, 16),
       int_param("stages", "STAGES", "k blocks in flight per warp (its cp.async ring in shared memory)", 4, 1, 16),
+      int_param("wgmma", "WGMMA",
+                "1: the tokens' activations staged in shared memory and a warpgroup MMA with the dequantized "
+                "weights from registers (sm_90a; warps_n a multiple of 4, warps_k 1, 16-bit activations)",
+                0, 0, 1),
       derived_int("block_n", "", "output columns per CTA (8 per warp gated, else 16)"),
       derived_int("block_k", "", "k per block: four 16-byte loads of a weight row"),
       derived_int("threads", "", "threads per CTA = 32 * warps_n * warps_k"),
@@ -184,8 +189,25 @@ FamilyInfo moe_gemm_swap_ab_family() {
     if (bm % 8 != 0)
       throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: block_m = {} is not a multiple of 8", bm));
     if (wn * wk > 16) throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: {} warps exceed 16", wn * wk));
+    const bool wgmma = s.get_int("wgmma") != 0;
+    if (!wgmma && bm > 32)
+      throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: block_m = {} exceeds 32 (the wgmma variant takes 64)", bm));
+    if (wgmma) {
+      if (!arch_has_wgmma(s.arch))
+        throw Error(Phase::Validate, fmt::format("moe_gemm_swap_ab: wgmma = 1 needs sm_90a, not {}", s.arch));
+      if (wk != 1 || wn % 4 != 0)
+        throw Error(Phase::Validate,
+                    fmt::format("moe_gemm_swap_ab: wgmma = 1 takes whole warpgroups along the columns and one warp "
+                                "along k (warps_n a multiple of 4, warps_k 1), not {} x {}",
+                                wn, wk));
+      if (quant_is_fp8(quant))
+        throw Error(Phase::Validate,
+                    fmt::format("moe_gemm_swap_ab: wgmma = 1 stages 16-bit activations; quant {} has e4m3 ones",
+                                s.get_string("quant")));
+    }
     const int stages = int(s.get_int("stages"));
-    const int regs = moe_swap_ab_data_registers(int(bm), stages, quant);
+    const int regs = wgmma ? moe_swap_ab_wgmma_data_registers(int(bm), stages, quant, int(wn))
+                           : moe_swap_ab_data_registers(int(bm), stages, quant);
     const int reg_limit = static_cast<int>(std::min<std::int64_t>(255, 65536 / (32 * wn * wk)));
     if (regs > moe_swap_ab_max_data_registers(reg_limit))
       throw Error(Phase::Validate,
@@ -203,7 +225,7 @@ FamilyInfo moe_gemm_swap_ab_family() {
     s.params["block_n"] = std::int64_t(moe_swap_ab_block_n(int(wn), activation_is_gated(act)));
     s.params["block_k"] = std::int64_t(moe_swap_ab_block_k());
     s.params["threads"] = 32 * wn * wk;
-    s.params["smem_bytes"] = std::int64_t(moe_swap_ab_ring_bytes(int(wn * wk), stages, quant, int(bm)));
+    s.params["smem_bytes"] = std::int64_t(moe_swap_ab_smem_bytes(int(wn * wk), stages, quant, int(bm), wgmma));
   };
   return f;
 }

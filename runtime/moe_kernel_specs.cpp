@@ -173,9 +173,14 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
       MOEJIT_REQUIRE(!gemm1 || t.split_k <= 1,
                      "moe: tile config {}: the swap-AB GEMM1 does not split k across CTAs (warps_k splits it within one)",
                      c.describe());
+      MOEJIT_REQUIRE(!t.swap_ab_wgmma || swap_ab_wgmma_supported(spec, arch),
+                     "moe: tile config {} runs {} on the swap-AB kernel's wgmma variant, which needs sm_90a (not {}) "
+                     "and 16-bit activations (not {})",
+                     c.describe(), gemm1 ? "GEMM1" : "GEMM2", arch, quant_name(spec.quant));
       return make("moe_gemm_swap_ab", {{"warps_n", std::int64_t(t.warps_n)},
                                        {"warps_k", std::int64_t(t.warps_k)},
-                                       {"stages", std::int64_t(t.stages)}});
+                                       {"stages", std::int64_t(t.stages)},
+                                       {"wgmma", std::int64_t(t.swap_ab_wgmma ? 1 : 0)}});
     }
     return make("moe_gemm", {{"block_n", std::int64_t(t.block_n)},
                              {"block_k", std::int64_t(t.block_k)},

@@ -138,6 +138,12 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_block_n(int warps_n, bool gated) { 
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_data_registers(int block_m, int stages, int quant) {
   return 2 * (quant_weight_bits(quant) / 4) * 4 + stages * 4 + (block_m / 8) * (16 + 4);
 }
+// The wgmma variant keeps no activations in registers but its staging loads (X_ITEMS 16-byte loads
+// a lane) and the block's A fragments (32).
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_wgmma_data_registers(int block_m, int stages, int quant, int warps) {
+  return 2 * (quant_weight_bits(quant) / 4) * 4 + stages * 4 + (block_m / 8) * 4 + 32 +
+         4 * ((block_m / 8 * 4 + warps - 1) / warps);
+}
 // 16-byte activation loads of one lane per k block and token fragment: its 32 k of one token.
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_activation_loads(int quant) { return 32 * quant_activation_bytes(quant) / 16; }
 // Whether the activations travel through the ring with the weights (cp.async) instead of being
@@ -154,6 +160,11 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_ring_bytes(int warps, int stages, i
   return warps * stages * (2 * (quant_weight_bits(quant) / 4) + act_loads) * 16 * 32;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_max_data_registers(int register_limit) { return register_limit / 2 + 40; }
+// All dynamic shared memory: the rings and, for the wgmma variant, two staged k blocks of the tile's
+// activations (2 x 64 k of 16 bits per token) on 1024-byte swizzle atoms (1024 bytes to align them).
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_smem_bytes(int warps, int stages, int quant, int block_m, bool wgmma) {
+  return moe_swap_ab_ring_bytes(warps, stages, quant, block_m) + (wgmma ? 1024 + 2 * 2 * block_m * 128 : 0);
+}
 // CTAs per SM the kernel is compiled for (__launch_bounds__'s minimum). Left alone, ptxas took
 // ~96-128 registers and 20 warps an SM; compiled for 768 threads an SM (85 registers), 8-token tiles
 // ran 3-9% faster (H200 decode: gpt-oss MXFP4, DeepSeek-V3 fp8_block, Qwen3 int4): warps in flight,
@@ -162,12 +173,21 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_max_data_registers(int register_lim
 // (4-16 bytes at s3, 72 at s4; the CPU test of the tuner's 8-token tiles holds them there) and
 // still run faster with it: H100, Qwen3-30B-A3B int4 M = 128 (the DB's w4x1 s3 GEMM1) 225 us against 237
 // uncapped (98 registers, no spill), three same-run rounds.
-MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_min_ctas(int block_m, int stages, int quant, int dtype, int threads) {
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_min_ctas(int block_m, int stages, int quant, int dtype, int threads, int wgmma) {
+  // The wgmma variant: two CTAs of 8 warps an SM where that compiles without spills (NVRTC 13.0,
+  // sm_90a: up to 4 stages of 16 tokens, or of 32 of MXFP4 into bf16; 32 tokens of int4 / int8, 6
+  // stages and MXFP4 into f16 spill 4-28 bytes): uncapped, ptxas took 127-145 registers there, one
+  // CTA an SM.
+  if (wgmma)
+    return threads == 256 && stages <= 4 && !(quant_is_mxfp4(quant) && dtype == kDTypeF16) &&
+                   (block_m <= 16 || (block_m <= 32 && quant_is_mxfp4(quant)))
+               ? 2
+               : 1;
   const bool fits = block_m == 8 && stages <= 4 && !(quant_is_mxfp4(quant) && dtype == kDTypeF16);
   return fits && threads < 768 ? 768 / threads : 1;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_static_smem_bytes(int block_m, int warps_n, int warps_k) {
-  return 8 * block_m + (warps_k > 1 ? warps_k - 1 : 1) * warps_n * (block_m / 8) * 4 * 32 * 4;
+  return 8 * block_m + (warps_k > 1 ? (warps_k - 1) * warps_n * (block_m / 8) * 4 * 32 * 4 : 4);
 }
 
 // The sm_90a wgmma path (moe_gemm_wgmma.cuh): k tiles of one 128-byte row (the 128-byte swizzle:

@@ -36,69 +36,13 @@
 #include "moe/moe_dequant.cuh"
 #include "moe/moe_gemm_args.cuh"
 #include "moe/moe_tile_rows.cuh"
+#include "moe/moe_swap_ab_parts.cuh"
 
 namespace moejit {
-namespace swap_ab_detail {
 
-// The scale and zero-point bits of one k block of one lane's rows g and g + 8 (4-bit formats: one
-// scale group covers the lane's 32 k; fp8 blocks: the row's 128 x 128 block).
-struct LaneScales {
-  unsigned scale[2];
-  unsigned zero[2];
-};
-
-// One k block of one lane as landed: LOADS x 16 stored bytes of rows g and g + 8, their scales, and
-// X_LOADS x 16 bytes of activations (the lane's 32 k) of each token fragment's token g.
-template <int LOADS, int NF, int X_LOADS>
-struct LaneBlock {
-  uint4 w[2][LOADS];
-  uint4 x[NF][X_LOADS];
-  LaneScales scales;
-};
-
-// Eight e4m3 bytes (k ascending: lo then hi) -> four f16 pairs, exactly (sm_89+).
-__device__ inline uint4 e4m3x8_to_f16(unsigned lo, unsigned hi) {
-  uint4 r;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm("{\n.reg .b16 a, b, c, d;\nmov.b32 {a, b}, %4;\nmov.b32 {c, d}, %5;\n"
-      "cvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n"
-      "cvt.rn.f16x2.e4m3x2 %2, c;\ncvt.rn.f16x2.e4m3x2 %3, d;\n}\n"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "r"(lo), "r"(hi));
-#else
-  r = make_uint4(0u, 0u, 0u, 0u);  // not instantiated below sm_89 (the family refuses)
-  (void)lo, (void)hi;
-#endif
-  return r;
-}
-
-// A 16-byte read-only load that leaves `v` as it was where `live` is false: no request and no
-// zeroing. For a padding token's activations, which reach only that token's accumulator column
-// (column g of the mma's B, never stored). GEMM2 reads GEMM1's intermediate, written while GEMM2
-// already runs (programmatic dependent launch): there the load is coherent (no .nc, which lets the
-// compiler treat the data as constant for the whole kernel), and volatile with a memory clobber, so
-// that nothing moves it above pdl::wait(). With .nc loads issued right after the wait (the
-// activations one block ahead, below), 32-token MXFP4 tiles of the GPU test read NaN from the
-// poisoned workspace now and then; never with CUDA_LAUNCH_BLOCKING=1.
-template <bool INVARIANT>
-__device__ inline void ldg16_if(uint4& v, const void* p, bool live) {
-  if constexpr (INVARIANT)
-    asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
-                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                 : "l"(p), "r"(static_cast<int>(live))
-                 : "memory");
-  else
-    asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
-                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                 : "l"(p), "r"(static_cast<int>(live))
-                 : "memory");
-}
-
-}  // namespace swap_ab_detail
-
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int WARPS_N, int WARPS_K, int STAGES>
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int WARPS_N, int WARPS_K, int STAGES, int WGMMA>
 __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
-                                  moe_swap_ab_min_ctas(BLOCK_M, STAGES, QUANT, DTYPE, WARPS_N* WARPS_K * 32))
+                                  moe_swap_ab_min_ctas(BLOCK_M, STAGES, QUANT, DTYPE, WARPS_N* WARPS_K * 32, WGMMA))
     moe_gemm_swap_ab_kernel(const MoeGemmArgs args) {
   using namespace swap_ab_detail;
   constexpr bool GATED = activation_is_gated(ACT);
@@ -123,7 +67,12 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   constexpr int MMA_DTYPE = FP8 ? kDTypeF16 : DTYPE;
   static_assert(!FP8 || KB == kQuantFp8BlockSize, "a k block is one fp8 scale block");
   static_assert(K_PER_LOAD * BITS == 128 && LOADS * K_PER_LOAD == 32, "whole 16-byte loads per lane chunk");
-  static_assert(BLOCK_M % 8 == 0 && NF >= 1 && NF <= 4, "BLOCK_M is 8, 16, 24 or 32");
+  // The wgmma variant: warpgroups of 4 warps along the columns (64 weight rows each), every warp on
+  // every k block, the tokens' activations staged in shared memory (moe_swap_ab_parts.cuh).
+  constexpr bool WG = WGMMA != 0;
+  static_assert(BLOCK_M % 8 == 0 && NF >= 1 && NF <= (WG ? 8 : 4), "BLOCK_M is 8 .. 32 (wgmma: .. 64) in steps of 8");
+  static_assert(!WG || (WARPS_K == 1 && WARPS_N % 4 == 0 && !ACT_RING && !FP8 && EB == 2),
+                "wgmma variant: whole warpgroups along the columns, one along k, 16-bit activations");
   static_assert(STAGES >= 1 && STAGES <= 16, "1..16 k blocks in flight");
 
   // GEMM2 without the activation ring reads nothing of GEMM1's before its first block's math: under
@@ -139,7 +88,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   const int row0 = tile * BLOCK_M;
   __shared__ int s_slot[BLOCK_M];  // token * top_k + slot, -1 = padding row
   __shared__ int s_arow[BLOCK_M];  // row of A to read, -1 = zeros
-  __shared__ float s_partial[WARPS_K > 1 ? WARPS_K - 1 : 1][WARPS_N][NF * 4][32];  // warps wk >= 1
+  __shared__ float s_partial[WARPS_K > 1 ? WARPS_K - 1 : 1][WARPS_K > 1 ? WARPS_N : 1][WARPS_K > 1 ? NF * 4 : 1]
+                            [WARPS_K > 1 ? 32 : 1];  // warps wk >= 1
   static_assert(sizeof(s_slot) + sizeof(s_arow) + sizeof(s_partial) ==
                     moe_swap_ab_static_smem_bytes(BLOCK_M, WARPS_N, WARPS_K),
                 "the host checks shared memory with moe_swap_ab_static_smem_bytes");
@@ -218,7 +168,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     if (threadIdx.x < BLOCK_M) s_arow[threadIdx.x] = moe_tile::a_row<ROLE>(args, s_slot[threadIdx.x], row0 + threadIdx.x);
     __syncthreads();
 #pragma unroll
-    for (int f = 0; f < NF; ++f) {
+    for (int f = 0; f < (WG ? 0 : NF); ++f) {  // the wgmma variant: stage_items below
       const int arow = s_arow[f * 8 + g] >= 0 ? s_arow[f * 8 + g] : s_arow[0];
       x_live[f] = s_arow[f * 8 + g] >= 0;
       a_ptr[f] = static_cast<const unsigned char*>(args.a) + arow * args.lda + static_cast<long long>(k_first) * EB;
@@ -243,6 +193,13 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   uint4* const lane_ring = s_ring + warp * (STAGES * SLOTS * 32) + lane;
   auto ring_slot = [&](int s, int h, int l) -> uint4& { return lane_ring[(s * SLOTS + h * LOADS + l) * 32]; };
   auto ring_act = [&](int s, int f, int l) -> uint4& { return lane_ring[(s * SLOTS + 2 * LOADS + f * X_LOADS + l) * 32]; };
+  // The wgmma variant's two activation stages after the rings, on 1024-byte swizzle atoms (the host
+  // adds 1024 bytes: moe_swap_ab_smem_bytes).
+  const unsigned act_stages =
+      WG ? (sm80::smem_addr(s_ring) + moe_swap_ab_ring_bytes(WARPS_N * WARPS_K, STAGES, QUANT, BLOCK_M) + 1023u) & ~1023u : 0u;
+  static_assert(!WG || moe_swap_ab_smem_bytes(WARPS_N, STAGES, QUANT, BLOCK_M, true) ==
+                           moe_swap_ab_ring_bytes(WARPS_N, STAGES, QUANT, BLOCK_M) + 1024 + kWgmmaStages * wgmma_stage_bytes(BLOCK_M),
+                "the host sizes the activation stages with moe_swap_ab_smem_bytes");
   // Activations: XK per 16-byte load, in the weights' run order; load l's k relative to a block.
   constexpr int XK = 16 / EB;
   static_assert(K_PER_LOAD % XK == 0 && X_LOADS * XK == 32, "an activation load stays inside one weight run");
@@ -300,7 +257,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // added at the end, so that each chain of dependent mma is half as long (H200 same run,
   // gpt-oss-120b M = 16: 267.6-270.1 -> 264.0-264.6 us). Not for int4 (slower: its GEMM2 instances
   // spill with the second set) nor MXFP4 into f16 or wider tiles (spills at 512 threads).
-  constexpr bool TWO_CHAINS = quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && NF == 1;
+  constexpr bool TWO_CHAINS = !WG && quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && NF == 1;
   float acc2[NF][4];  // unused (and compiled away) without TWO_CHAINS
 #pragma unroll
   for (int f = 0; f < NF; ++f)
@@ -345,7 +302,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // bf16 two-stage rings (the tiles the tuner and the heuristic pick for MXFP4 decode): the
   // registers of the next block's activations fit there; three stages or f16 (through fp32) spill
   // 8-16 bytes with them, and load at the block's start as before.
-  constexpr bool X_AHEAD = quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && STAGES <= 2;  // MXFP4: no ring
+  constexpr bool X_AHEAD = !WG && quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && STAGES <= 2;  // MXFP4: no ring
   uint4 xa[NF][X_LOADS];  // X_AHEAD: the next block's activations
   // Load l of fragment f in block i (relative to the ring turn): its k and address.
   auto x_k = [&](int l, int i) { return i * WARPS_K * KB + act_k(l); };
@@ -355,7 +312,71 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     if constexpr (X_AHEAD) ldg16_if<ROLE == kRoleGemm1>(xa[f][l], x_src(f, l, i), x_live[f] && inside);
     else xa[f][l] = inside ? __ldg(reinterpret_cast<const uint4*>(x_src(f, l, i))) : make_uint4(0u, 0u, 0u, 0u);
   };
+  // The wgmma variant stages the tile's activations, one block ahead: the NF * X_LOADS (fragment,
+  // load) items of a block go round the warps (warp w: items w, w + WARPS_N, ...), each lane (g, t)
+  // loading its 16 bytes of token 8f + g (as load_x would) and storing them in the stage's k order.
+  constexpr int X_ITEMS = WG ? (NF * X_LOADS + WARPS_N - 1) / WARPS_N : 1;
+  const unsigned char* xs_ptr[X_ITEMS];
+  int xs_k[X_ITEMS];  // the item's k in a block (act_k)
+  bool xs_live[X_ITEMS], xs_valid[X_ITEMS];
+  unsigned xs_off[X_ITEMS], xs_key[X_ITEMS];
+  uint4 xs[X_ITEMS];
+  auto stage_items = [&]() {
+#pragma unroll
+    for (int it = 0; it < X_ITEMS; ++it) {
+      const int u = warp + WARPS_N * it;
+      xs_valid[it] = u < NF * X_LOADS;  // warp-uniform
+      const int f = xs_valid[it] ? u / X_LOADS : 0, l = u % X_LOADS, n = 8 * f + g;
+      xs_live[it] = xs_valid[it] && s_arow[n] >= 0;
+      const int arow = s_arow[n] >= 0 ? s_arow[n] : s_arow[0];
+      xs_k[it] = act_k(l);
+      xs_ptr[it] = static_cast<const unsigned char*>(args.a) + arow * args.lda +
+                   static_cast<long long>(k_first + xs_k[it]) * EB;
+      xs_off[it] = wgmma_stage_offset(BLOCK_M, n, l, t);
+      xs_key[it] = wgmma_stage_chunk_key(n, l);
+      xs[it] = make_uint4(0u, 0u, 0u, 0u);  // finite where nothing is loaded (padding tokens, k past the end)
+    }
+  };
+  auto load_items = [&](int i) {  // block i of the ring turn
+#pragma unroll
+    for (int it = 0; it < X_ITEMS; ++it)
+      if (xs_valid[it])
+        ldg16_if<ROLE == kRoleGemm1>(xs[it], xs_ptr[it] + static_cast<long long>(i) * KB * EB,
+                                      xs_live[it] && i * KB + xs_k[it] < k_left);
+  };
+  auto store_items = [&](int which) {  // then every thread's stores reach the tensor cores' reads
+    const unsigned stage = act_stages + which * wgmma_stage_bytes(BLOCK_M);
+#pragma unroll
+    for (int it = 0; it < X_ITEMS; ++it)
+      if (xs_valid[it]) wgmma_stage_store(stage, xs_off[it], xs_key[it], xs[it]);
+    wgmma_stage_publish();
+  };
+  int act_stage = 0;  // the stage holding the block being computed
+  unsigned afrag[WG ? 8 : 1][4];  // the wgmma variant's A fragments of a block's eight k16 steps
+
   auto compute_block = [&](const LaneBlock<LOADS, NF, X_LOADS>& v, int i) {
+    if constexpr (WG) {
+      // Dequantize the block's eight k16 steps into A fragments, then one warpgroup MMA run.
+      auto fill = [&](bool EXACT_MXFP4) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const uint4 p0 = dequant_group(v, 0, q, EXACT_MXFP4), p1 = dequant_group(v, 1, q, EXACT_MXFP4);
+          afrag[2 * q][0] = p0.x, afrag[2 * q][1] = p1.x, afrag[2 * q][2] = p0.y, afrag[2 * q][3] = p1.y;
+          afrag[2 * q + 1][0] = p0.z, afrag[2 * q + 1][1] = p1.z, afrag[2 * q + 1][2] = p0.w, afrag[2 * q + 1][3] = p1.w;
+        }
+      };
+      bool exact = false;
+      if constexpr (quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16)
+        exact = __any_sync(0xffffffffu, !dequant::mxfp4_bf16_factor_fits(v.scales.scale[0]) ||
+                                            !dequant::mxfp4_bf16_factor_fits(v.scales.scale[1]));
+      if (exact)
+        fill(true);
+      else
+        fill(false);
+      wgmma_block<BLOCK_M, MMA_DTYPE == kDTypeBF16>(&acc[0][0], afrag, act_stages + act_stage * wgmma_stage_bytes(BLOCK_M));
+      (void)i;
+      return;
+    }
     uint4 (&xr)[NF][X_LOADS] = xa;
     if constexpr (ACT_RING) {
 #pragma unroll
@@ -449,6 +470,11 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     for (int s = 0; s < STAGES; ++s) scales_in_flight[s] = issue_block(s, s);
     if constexpr (!ACT_RING) stage_tile_rows();
     if constexpr (!WAIT_FIRST) pdl::wait();  // GEMM1's intermediate (A), read from the first block on
+    if constexpr (WG) {
+      stage_items();
+      load_items(0);
+      store_items(0);
+    }
     if constexpr (X_AHEAD) {
 #pragma unroll
       for (int f = 0; f < NF; ++f)
@@ -474,7 +500,18 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
             for (int l = 0; l < X_LOADS; ++l) cur.x[f][l] = ring_act(s, f, l);
         cur.scales = scales_in_flight[s];
         scales_in_flight[s] = issue_block(s + STAGES, s);
-        if (b_base + s * WARPS_K < b_end) compute_block(cur, s);
+        if constexpr (WG) {
+          // Block b + 1's activations load under block b's math and land in the other stage after it.
+          if (b_base + s < b_end) {
+            const bool next = b_base + s + 1 < b_end;  // CTA-uniform (one warp along k)
+            if (next) load_items(s + 1);
+            compute_block(cur, s);
+            act_stage = act_stage == kWgmmaStages - 1 ? 0 : act_stage + 1;
+            if (next) store_items(act_stage);
+          }
+        } else if (b_base + s * WARPS_K < b_end) {
+          compute_block(cur, s);
+        }
       }
       // Advance to the next ring turn.
       const int turn = STAGES * WARPS_K;
@@ -487,7 +524,9 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         }
       }
 #pragma unroll
-      for (int f = 0; f < NF; ++f) a_ptr[f] += static_cast<long long>(turn) * KB * EB;
+      for (int f = 0; f < (WG ? 0 : NF); ++f) a_ptr[f] += static_cast<long long>(turn) * KB * EB;
+#pragma unroll
+      for (int it = 0; it < (WG ? X_ITEMS : 0); ++it) xs_ptr[it] += static_cast<long long>(turn) * KB * EB;
       b_base += turn;
       k_left -= turn * KB;
     }

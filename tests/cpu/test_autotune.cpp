@@ -209,6 +209,64 @@ TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the lay
   refused(tail, decode, "whole 16-weight chunks");
 }
 
+// The swap-AB kernel's wgmma variant: MXFP4 into bf16 and int4 at 12 .. 24 rows an expert on sm_90a
+// only; its tiles round-trip, reach the kernel as wgmma = 1 with the activation stages in
+// its shared memory, and what it cannot run is refused before anything compiles.
+TEST_CASE("autotune: the swap-AB kernel's wgmma variant: picked, round-trip, refused where it cannot run") {
+  MoeSpec mx = qwen3();  // E = 128, top_k = 8: rows per expert = M / 16
+  mx.quant = kQuantMxfp4;
+  MoeSpec i4 = mx;
+  i4.quant = kQuantInt4Group;
+  i4.quant_group = 128;
+  for (int m : {192, 256, 320, 384}) {
+    const MoeTileConfig c = heuristic_tile_config(mx, m, true, "sm_90a");
+    INFO("M=" << m << " " << c.describe());
+    CHECK((c.gemm1.swap_ab && c.gemm1.swap_ab_wgmma && c.gemm2.swap_ab_wgmma));
+    CHECK(c.block_m == (m <= 192 ? 16 : 32));
+    CHECK(c.describe().find("swapab wg w8x1 s2") != std::string::npos);
+    const auto specs = moe_expert_kernel_specs(mx, c, "sm_90a");
+    CHECK(specs[0].get_int("wgmma") == 1);
+    CHECK(specs[0].get_int("smem_bytes") == moe_swap_ab_smem_bytes(8, 2, kQuantMxfp4, c.block_m, true));
+    CHECK(specs[0].get_int("smem_bytes") > moe_swap_ab_ring_bytes(8, 2, kQuantMxfp4, c.block_m));
+    CHECK(tile_config_from_json(tile_config_to_json(c)) == c);
+    CHECK(tile_config_to_json(c)["gemm1"]["swap_ab_wgmma"] == true);
+    CHECK(heuristic_tile_config(i4, m, true, "sm_90a").gemm1.swap_ab_wgmma);
+  }
+  for (int m : {176, 400, 1024}) CHECK_FALSE(heuristic_tile_config(mx, m, true, "sm_90a").gemm1.swap_ab_wgmma);
+  for (const char* arch : {"", "sm_80", "sm_90", "sm_100a"})
+    CHECK_FALSE(heuristic_tile_config(mx, 256, true, arch).gemm1.swap_ab_wgmma);
+  MoeSpec f16 = mx;  // MXFP4 into f16 and bf16 weights: not measured there, the mma.sync tiles
+  f16.dtype = kDTypeF16;
+  CHECK_FALSE(heuristic_tile_config(f16, 256, true, "sm_90a").gemm1.swap_ab_wgmma);
+  MoeSpec fp8 = mx;
+  fp8.quant = kQuantFp8Block;
+  CHECK_FALSE(heuristic_tile_config(fp8, 256, true, "sm_90a").gemm1.swap_ab_wgmma);
+  // The tuner's candidates at 16 and 32 rows on sm_90a, none elsewhere.
+  int wg = 0;
+  for (const auto& t : candidate_tiles(mx, 16, true, {227 * 1024, "sm_90a"})) wg += t.swap_ab_wgmma;
+  CHECK(wg >= 2);
+  for (const auto& t : candidate_tiles(mx, 16, true, {227 * 1024, "sm_80"})) CHECK_FALSE(t.swap_ab_wgmma);
+  for (const auto& t : candidate_tiles(fp8, 16, true, {227 * 1024, "sm_90a"})) CHECK_FALSE(t.swap_ab_wgmma);
+  // Refused: another arch, e4m3 activations, warps along k, a partial warpgroup, 40 tokens on the
+  // mma.sync variant.
+  MoeTileConfig c;
+  c.block_m = 16;
+  c.gemm1 = c.gemm2 = swap_ab_wgmma_tile(8, 2);
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(mx, c, "sm_80"), doctest::Contains("wgmma variant, which needs sm_90a"),
+                       Error);
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(fp8, c, "sm_90a"), doctest::Contains("16-bit activations"), Error);
+  MoeTileConfig bad = c;
+  bad.gemm1.warps_k = 2;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(mx, bad, "sm_90a"), doctest::Contains("one warp along k"), Error);
+  bad = c;
+  bad.gemm2.warps_n = 6;
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(mx, bad, "sm_90a"), doctest::Contains("whole warpgroups"), Error);
+  bad = c;
+  bad.block_m = 64;
+  bad.gemm1 = bad.gemm2 = swap_ab_tile(4, 1, 2);
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(mx, bad, "sm_90a"), doctest::Contains("exceeds 32"), Error);
+}
+
 TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad ones are refused") {
   const MoeSpec q = qwen3();  // bf16, fast mode: 64 rows per expert at M = 1024
   const MoeTileConfig prefill = heuristic_tile_config(q, 8192, true, "sm_90a");

@@ -41,6 +41,7 @@ TEST_CASE("moe: every kernel the GPU tests launch compiles for sm_90a, without s
   auto sweep = moe_tile_sweep_cases();
   for (auto& c : moe_quant_tile_sweep_cases(227 * 1024, "sm_90a")) sweep.push_back(std::move(c));
   for (const auto& c : moe_swap_ab_cases()) sweep.push_back({c.spec, c.config});
+  for (const auto& c : moe_swap_ab_wgmma_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : moe_wgmma_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : moe_wgmma_dequant_cases()) sweep.push_back({c.spec, c.config});
   for (const auto& c : moe_rows16_cases())  // GEMM2 storing DTYPE rows, as the forward at M = 1024 compiles it

@@ -213,6 +213,15 @@ bool wgmma_gpu_or_skip(Runtime& rt, const char* test_name) {
 }
 }  // namespace
 
+// The swap-AB kernel's wgmma variant: the tokens staged in shared memory, a warpgroup MMA with the
+// weights dequantized into registers (the A operand).
+TEST_CASE("gpu moe: the swap-AB kernel's wgmma variant equals the fp64 reference") {
+  Runtime rt(test_options(""));
+  if (!wgmma_gpu_or_skip(rt, "gpu moe swap-AB wgmma")) return;
+  const int checked = check_kernel_cases(rt, moe_swap_ab_wgmma_cases(), 1500, "swap-AB");
+  MESSAGE(fmt::format("{} swap-AB wgmma forwards checked against the fp64 reference", checked));
+}
+
 // The sm_90a wgmma kernel (prefill): warpgroup MMA from a 128-byte-swizzled cp.async ring, plain
 // and persistent.
 TEST_CASE("gpu moe: the wgmma kernel equals the fp64 reference") {

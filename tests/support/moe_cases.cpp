@@ -252,8 +252,10 @@ std::vector<MoeCase> moe_split_k_cases() {
   };
 }
 
-std::vector<MoeKernelCase> moe_swap_ab_cases() {
-  // K and N tails against every block length (KB = 128 / 64 / 32 for 4 / 8 / 16-bit weights).
+namespace {
+// The swap-AB kernel's layers: K and N tails against every block length (KB = 128 / 64 / 32 for 4 /
+// 8 / 16-bit weights), every weight format.
+std::vector<MoeSpec> swap_ab_specs() {
   auto layer = [](MoeActivation act, MoeDType dtype, MoeQuant quant, int hidden, int intermediate) {
     MoeSpec s = small_layer(8, 2, hidden, intermediate, act, dtype, quant);
     s.quant_group = 32;
@@ -293,9 +295,13 @@ std::vector<MoeKernelCase> moe_swap_ab_cases() {
   s.router_weight_on_input = true;
   s.top_k = 1;
   specs.push_back(s);
+  return specs;
+}
+}  // namespace
 
+std::vector<MoeKernelCase> moe_swap_ab_cases() {
   std::vector<MoeKernelCase> out;
-  for (const MoeSpec& spec : specs)
+  for (const MoeSpec& spec : swap_ab_specs())
     for (int bm : {8, 16, 24, 32})
       for (int variant = 0; variant < 4; ++variant) {
         MoeTileConfig c;
@@ -316,6 +322,24 @@ std::vector<MoeKernelCase> moe_swap_ab_cases() {
         }
         out.push_back({spec, c, {1, 7, 40}});
       }
+  return out;
+}
+
+std::vector<MoeKernelCase> moe_swap_ab_wgmma_cases() {
+  std::vector<MoeKernelCase> out;
+  for (const MoeSpec& spec : swap_ab_specs()) {
+    if (quant_is_fp8(spec.quant)) continue;  // e4m3 activations: not this variant
+    for (int bm : {8, 16, 32, 64})
+      for (int variant = 0; variant < 2; ++variant) {
+        MoeTileConfig c;
+        c.block_m = bm;
+        // One warpgroup, two blocks in flight; two warpgroups, four in flight, against one
+        // warpgroup with a ring deeper than the k blocks and GEMM2 split over three CTAs.
+        c.gemm1 = variant == 0 ? swap_ab_wgmma_tile(4, 2) : swap_ab_wgmma_tile(8, 4);
+        c.gemm2 = variant == 0 ? swap_ab_wgmma_tile(4, 2) : swap_ab_wgmma_tile(4, 6, spec.fused ? 3 : 1);
+        out.push_back({spec, c, {1, 7, 40, 300}});
+      }
+  }
   return out;
 }
 

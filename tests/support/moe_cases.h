@@ -51,6 +51,9 @@ struct MoeKernelCase {
   std::vector<int> token_counts;
 };
 std::vector<MoeKernelCase> moe_swap_ab_cases();
+// The swap-AB kernel's wgmma variant (sm_90a): the layers of moe_swap_ab_cases with 16-bit
+// activations, 8 .. 64 tokens a tile, batches that fill several tiles an expert.
+std::vector<MoeKernelCase> moe_swap_ab_wgmma_cases();
 // The sm_90a wgmma kernel (fast mode, 16-bit weights) on small layers: both dtypes, gated stacked
 // / interleaved / single-input activations, biases, unfused, router weight on input with top_k 1,
 // K / N tails; block_m 64 and 128, wgmma N 128 / 192 / 256, ring depths 3..6, GEMM2 split across

@@ -1,0 +1,124 @@
+// Pieces of the swap-AB decode kernel (moe_gemm_swap_ab.cuh): a lane's landed k block, the e4m3
+// conversion, the predicated activation load, and its wgmma variant's activation staging and
+// register-A warpgroup MMA (sm_90a).
+#pragma once
+
+#include "common/mma_sm80.cuh"
+#include "common/wgmma_sm90.cuh"
+
+namespace moejit {
+namespace swap_ab_detail {
+
+// The scale and zero-point bits of one k block of one lane's rows g and g + 8 (4-bit formats: one
+// scale group covers the lane's 32 k; fp8 blocks: the row's 128 x 128 block).
+struct LaneScales {
+  unsigned scale[2];
+  unsigned zero[2];
+};
+
+// One k block of one lane as landed: LOADS x 16 stored bytes of rows g and g + 8, their scales, and
+// X_LOADS x 16 bytes of activations (the lane's 32 k) of each token fragment's token g.
+template <int LOADS, int NF, int X_LOADS>
+struct LaneBlock {
+  uint4 w[2][LOADS];
+  uint4 x[NF][X_LOADS];
+  LaneScales scales;
+};
+
+// Eight e4m3 bytes (k ascending: lo then hi) -> four f16 pairs, exactly (sm_89+).
+__device__ inline uint4 e4m3x8_to_f16(unsigned lo, unsigned hi) {
+  uint4 r;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("{\n.reg .b16 a, b, c, d;\nmov.b32 {a, b}, %4;\nmov.b32 {c, d}, %5;\n"
+      "cvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n"
+      "cvt.rn.f16x2.e4m3x2 %2, c;\ncvt.rn.f16x2.e4m3x2 %3, d;\n}\n"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "r"(lo), "r"(hi));
+#else
+  r = make_uint4(0u, 0u, 0u, 0u);  // not instantiated below sm_89 (the family refuses)
+  (void)lo, (void)hi;
+#endif
+  return r;
+}
+
+// A 16-byte read-only load that leaves `v` as it was where `live` is false: no request and no
+// zeroing. For a padding token's activations, which reach only that token's accumulator column
+// (column g of the mma's B, never stored). GEMM2 reads GEMM1's intermediate, written while GEMM2
+// already runs (programmatic dependent launch): there the load is coherent (no .nc, which lets the
+// compiler treat the data as constant for the whole kernel), and volatile with a memory clobber, so
+// that nothing moves it above pdl::wait(). With .nc loads issued right after the wait (the
+// activations one block ahead, below), 32-token MXFP4 tiles of the GPU test read NaN from the
+// poisoned workspace now and then; never with CUDA_LAUNCH_BLOCKING=1.
+template <bool INVARIANT>
+__device__ inline void ldg16_if(uint4& v, const void* p, bool live) {
+  if constexpr (INVARIANT)
+    asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "l"(p), "r"(static_cast<int>(live))
+                 : "memory");
+  else
+    asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
+                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
+                 : "l"(p), "r"(static_cast<int>(live))
+                 : "memory");
+}
+
+
+// The wgmma variant (WGMMA = 1). The tile's tokens are the B operand, staged per k block in shared
+// memory in two 64-k halves of [BLOCK_M rows][128 bytes] with the 128-byte swizzle (16-byte chunk c
+// of row n at c ^ (n % 8)), in the lanes' k order: the mma reads k slot 2t + e of step s (and 2t + 8
+// + e) from lane t's lane-local element j = 4s + e (4s + 2 + e), so logical k 16s + 8h + 2t + e holds
+// the activation at the lane's j = 4s + 2h + e. A lane's 16-byte activation load l (j = 8l .. 8l + 7)
+// therefore lands as four 4-byte words, word i at chunk 4l + i, byte 4t of the row: the 32 lanes of a
+// warp (rows g, bytes 4t) write 128 contiguous banks' worth (conflict-free).
+__device__ inline void sts32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+// Every thread's stores of a stage made visible to the tensor cores (async proxy), then a CTA barrier.
+__device__ inline void wgmma_stage_publish() {
+#if MOEJIT_HAS_WGMMA
+  sm90::fence_proxy_async();
+#endif
+  __syncthreads();
+}
+// Shared-memory bytes of one staged k block of BLOCK_M tokens (both halves). Two stages: block b
+// reads stage b % 2 while its successor's activations land in the other, last read by block b - 1's
+// warpgroup MMAs, which every warpgroup waited for (wgmma_block) before the barrier that ended block
+// b - 1.
+__device__ constexpr int wgmma_stage_bytes(int block_m) { return 2 * block_m * 128; }
+constexpr int kWgmmaStages = 2;
+// Where word i of a lane's load l of token n lands, relative to the stage: half l / 2, chunk
+// (4 (l % 2) + i) ^ (n % 8) of row n, byte 4t.
+__device__ inline unsigned wgmma_stage_offset(int block_m, int n, int l, int t) {
+  return static_cast<unsigned>((l / 2) * block_m * 128 + n * 128 + 4 * t);
+}
+__device__ inline unsigned wgmma_stage_chunk_key(int n, int l) { return static_cast<unsigned>((4 * (l % 2)) ^ (n % 8)); }
+__device__ inline void wgmma_stage_store(unsigned stage, unsigned offset, unsigned key, const uint4& v) {
+  const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sts32(stage + offset + ((key ^ static_cast<unsigned>(i)) << 4), w[i]);
+}
+
+// One k block (8 steps of k16) of a warpgroup: D[64 x N] += A (this warp's 16 rows: a[s], the
+// mma.m16n8k16 A fragment of step s) x the staged tokens' block^T, then waits for it, so that the
+// caller may write a again and read D. 16-bit A (BF16: bf16, else f16). Measured (H100, gpt-oss-20b
+// MXFP4, 16 / 32 tokens a tile): leaving a block's MMAs in flight under the next block's
+// dequantization (a second set of A fragments, or one per 64-k half) took 32-60 more registers and
+// halved the CTAs an SM: 328 -> 336-445 / 377 -> 626 us.
+template <int N, bool BF16>
+__device__ inline void wgmma_block(float* acc, const unsigned (&a)[8][4], unsigned stage) {
+#if MOEJIT_HAS_WGMMA
+  sm90::fence();
+#pragma unroll
+  for (int s = 0; s < 8; ++s)
+    sm90::mma_rs_m64k16<N, BF16>(acc, a[s], sm90::sw128_desc(stage + (s / 4) * N * 128) + 2 * (s % 4), 1);
+  sm90::commit();
+  sm90::wait<0>();
+#else
+  (void)acc, (void)a, (void)stage;
+  __trap();  // not instantiated without wgmma (the family refuses)
+#endif
+}
+
+}  // namespace swap_ab_detail
+}  // namespace moejit
