@@ -250,7 +250,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // 96 / 128 302-304 / 376-378 -> 298-300 / 350-352 us, gpt-oss-120b M = 384 / 512 1122 / 1426 ->
   // 1086 / 1274. (int4 Qwen3-30B-A3B M = 192: 307 -> 464: not for int4.)
   const bool three_fragments = quant_is_mxfp4(spec.quant) && spec.dtype == kDTypeBF16;
-  // sm_90a, MXFP4 into bf16 and int4 at 12 .. 28 rows an expert: the swap-AB kernel's wgmma
+  // sm_90a, MXFP4 into bf16 at 12 .. 28 rows an expert and int4 at 9 .. 28: the swap-AB kernel's wgmma
   // variant (the tokens staged in shared memory instead of registers, one warpgroup MMA per k16
   // step), 32 rows a tile (16 at 12 rows). H100, against the 24-row mma.sync tiles (MXFP4, no DB) or
   // the shipped DB's 64-row wgmma tiles: gpt-oss-20b M = 96 / 128 / 192 299.5 / 345.1 / 385.2 ->
@@ -258,11 +258,14 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // 1379 / 1381 / 1393 / 1394 -> 1055 / 1130 / 1155 / 1183 / 1239 / 1305, int4 Qwen3-30B-A3B M = 192 /
   // 256 / 320 / 384 / 416 (DB) 334 / 332 / 335 / 339 / 340 -> 264 / 269 / 279 / 299 / 308. 16-row
   // tiles from 13 rows split most experts in two (gpt-oss-120b M = 512 / 640 1213 / 1411, Qwen3 256 /
-  // 320 315 / 386). Not at 9 rows (gpt-oss-20b M = 72: 261.8 -> 268.7) nor 32 (M = 256: 386.8 ->
+  // 320 315 / 386). int4 from 9 rows (Qwen3 M = 144 / 160 / 176, no DB: 262.4 / 269.5 / 278.3 ->
+  // 235.1 / 242.4 / 256.7), not at 8 (M = 128 224.3 -> 233.7). MXFP4 not at 9-10 rows (gpt-oss-20b
+  // M = 72 261.8 -> 268.7; gpt-oss-120b M = 320 1001 (DB) -> 1003) nor 32 (M = 256: 386.8 ->
   // 403.4; int4 Qwen3 M = 512 336 -> 373), nor int8 (its 32-token tiles keep one CTA an SM: Qwen3 M =
   // 256 385 -> 501).
   const bool wgmma_format = three_fragments || spec.quant == kQuantInt4Group;
-  if (swap_ab && wgmma_format && rows >= 12 && rows <= 28 && swap_ab_wgmma_supported(spec, arch)) {
+  const int wgmma_min_rows = spec.quant == kQuantInt4Group ? 9 : 12;
+  if (swap_ab && wgmma_format && rows >= wgmma_min_rows && rows <= 28 && swap_ab_wgmma_supported(spec, arch)) {
     c.block_m = rows <= 12 ? 16 : 32;
     c.gemm1 = c.gemm2 = swap_ab_wgmma_tile(8, 2);
     return c;

@@ -209,7 +209,7 @@ TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the lay
   refused(tail, decode, "whole 16-weight chunks");
 }
 
-// The swap-AB kernel's wgmma variant: MXFP4 into bf16 and int4 at 12 .. 28 rows an expert on sm_90a
+// The swap-AB kernel's wgmma variant: MXFP4 into bf16 at 12 .. 28 rows an expert and int4 at 9 .. 28 on sm_90a
 // only; its tiles round-trip, reach the kernel as wgmma = 1 with the activation stages in
 // its shared memory, and what it cannot run is refused before anything compiles.
 TEST_CASE("autotune: the swap-AB kernel's wgmma variant: picked, round-trip, refused where it cannot run") {
@@ -232,7 +232,11 @@ TEST_CASE("autotune: the swap-AB kernel's wgmma variant: picked, round-trip, ref
     CHECK(tile_config_to_json(c)["gemm1"]["swap_ab_wgmma"] == true);
     CHECK(heuristic_tile_config(i4, m, true, "sm_90a").gemm1.swap_ab_wgmma);
   }
-  for (int m : {176, 464, 1024}) CHECK_FALSE(heuristic_tile_config(mx, m, true, "sm_90a").gemm1.swap_ab_wgmma);
+  CHECK(heuristic_tile_config(i4, 144, true, "sm_90a").gemm1.swap_ab_wgmma);  // int4 from 9 rows
+  CHECK(heuristic_tile_config(i4, 144, true, "sm_90a").block_m == 16);
+  CHECK_FALSE(heuristic_tile_config(i4, 128, true, "sm_90a").gemm1.swap_ab_wgmma);
+  CHECK_FALSE(heuristic_tile_config(mx, 176, true, "sm_90a").gemm1.swap_ab_wgmma);  // MXFP4 from 12
+  for (int m : {464, 1024}) CHECK_FALSE(heuristic_tile_config(mx, m, true, "sm_90a").gemm1.swap_ab_wgmma);
   for (const char* arch : {"", "sm_80", "sm_90", "sm_100a"})
     CHECK_FALSE(heuristic_tile_config(mx, 256, true, arch).gemm1.swap_ab_wgmma);
   MoeSpec f16 = mx;  // MXFP4 into f16 and bf16 weights: not measured there, the mma.sync tiles
