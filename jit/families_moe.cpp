@@ -206,7 +206,7 @@ FamilyInfo moe_gemm_swap_ab_family() {
                                 s.get_string("quant")));
     }
     const int stages = int(s.get_int("stages"));
-    const int regs = wgmma ? moe_swap_ab_wgmma_data_registers(int(bm), stages, quant, int(wn))
+    const int regs = wgmma ? moe_swap_ab_wgmma_data_registers(int(bm), stages, quant, int(wn), parse_dtype(s.get_string("dtype")))
                            : moe_swap_ab_data_registers(int(bm), stages, quant);
     const int reg_limit = static_cast<int>(std::min<std::int64_t>(255, 65536 / (32 * wn * wk)));
     if (regs > moe_swap_ab_max_data_registers(reg_limit))

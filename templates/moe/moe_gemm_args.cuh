@@ -139,10 +139,14 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_data_registers(int block_m, int sta
   return 2 * (quant_weight_bits(quant) / 4) * 4 + stages * 4 + (block_m / 8) * (16 + 4);
 }
 // The wgmma variant keeps no activations in registers but its staging loads (X_ITEMS 16-byte loads
-// a lane) and the block's A fragments (32).
-MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_wgmma_data_registers(int block_m, int stages, int quant, int warps) {
+// a lane, ~10 registers each with their pointer, k and shared-memory place) and the block's A
+// fragments (32); MXFP4 into f16 converts through fp32 (2 more a token fragment). Fitted to the CPU
+// spill test (NVRTC 13.0, sm_90a): 64 tokens on one warpgroup spill 4-40 bytes for MXFP4 into f16,
+// and for int4 / int8 with 6 stages.
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_wgmma_data_registers(int block_m, int stages, int quant, int warps,
+                                                                   int dtype) {
   return 2 * (quant_weight_bits(quant) / 4) * 4 + stages * 4 + (block_m / 8) * 4 + 32 +
-         4 * ((block_m / 8 * 4 + warps - 1) / warps);
+         10 * ((block_m / 8 * 4 + warps - 1) / warps) + (quant_is_mxfp4(quant) && dtype == kDTypeF16 ? 2 * (block_m / 8) : 0);
 }
 // 16-byte activation loads of one lane per k block and token fragment: its 32 k of one token.
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_activation_loads(int quant) { return 32 * quant_activation_bytes(quant) / 16; }

@@ -334,9 +334,11 @@ std::vector<MoeKernelCase> moe_swap_ab_wgmma_cases() {
         MoeTileConfig c;
         c.block_m = bm;
         // One warpgroup, two blocks in flight; two warpgroups, four in flight, against one
-        // warpgroup with a ring deeper than the k blocks and GEMM2 split over three CTAs.
-        c.gemm1 = variant == 0 ? swap_ab_wgmma_tile(4, 2) : swap_ab_wgmma_tile(8, 4);
-        c.gemm2 = variant == 0 ? swap_ab_wgmma_tile(4, 2) : swap_ab_wgmma_tile(4, 6, spec.fused ? 3 : 1);
+        // warpgroup with a ring deeper than the k blocks and GEMM2 split over three CTAs. 64 tokens
+        // on two warpgroups (one holds too many staging loads: its family check refuses most).
+        const int wn = bm == 64 ? 8 : 4;
+        c.gemm1 = variant == 0 ? swap_ab_wgmma_tile(wn, 2) : swap_ab_wgmma_tile(8, 4);
+        c.gemm2 = variant == 0 ? swap_ab_wgmma_tile(wn, 2) : swap_ab_wgmma_tile(wn, bm == 64 ? 4 : 6, spec.fused ? 3 : 1);
         out.push_back({spec, c, {1, 7, 40, 300}});
       }
   }
