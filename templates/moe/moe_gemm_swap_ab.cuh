@@ -1,5 +1,5 @@
 // moe_gemm, swap-AB decode path (sm_80+): the grouped GEMM of moe_gemm_sm80.cuh for tiles of few
-// tokens (BLOCK_M = 8, 16 or 32). The weights are the mma's A operand (16 weight rows per warp fill
+// tokens (BLOCK_M = 8 .. 32 in steps of 8). The weights are the mma's A operand (16 weight rows per warp fill
 // its M side) and the tile's tokens its N side (BLOCK_M / 8 n8 fragments). Each lane streams its own
 // weight bytes with 16-byte cp.async into a private slot of its warp's shared-memory ring (STAGES k
 // blocks in flight per warp, holding no registers while in flight), reads them back into registers
@@ -9,6 +9,9 @@
 // ~2 blocks in flight per warp and 45% of the DRAM bandwidth (ncu, gpt-oss-120b MXFP4, M = 16).
 // fp8 layers copy their (pre-quantized) activations into the same ring (moe_swap_ab_activation_ring);
 // the other formats load theirs from global memory (L1) when the block is computed.
+// WGMMA = 1 (sm_90a, 16-bit activations, up to 64 tokens): the same weight path, but the tile's
+// tokens are staged per k block in shared memory and each warpgroup multiplies its 64 weight rows
+// by them with register-A wgmma (moe_swap_ab_parts.cuh), so wider tiles cost no activation registers.
 //
 // k order. mma m16n8k16 gives lane (g = lane / 4, t = lane % 4) the A elements of rows g and g + 8
 // at k slots {2t, 2t+1, 2t+8, 2t+9}, and the B elements of column g at the same slots. A dot
