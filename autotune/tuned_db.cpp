@@ -62,10 +62,8 @@ GemmTile tile_kind_from_json(const nlohmann::json& j) {
     return wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
                       j.value("persistent", false), j.value("staged", false));
   if (j.value("swap_ab", false)) {
-    GemmTile t = swap_ab_tile(j.at("warps_n").get<int>(), j.at("warps_k").get<int>(), j.at("stages").get<int>(),
-                              j.value("split_k", 0));
-    t.swap_ab_wgmma = j.value("swap_ab_wgmma", false);
-    return t;
+    return swap_ab_tile(j.at("warps_n").get<int>(), j.at("warps_k").get<int>(), j.at("stages").get<int>(),
+                        j.value("split_k", 0));
   }
   GemmTile t;
   t.block_n = j.at("block_n").get<int>();
@@ -85,6 +83,7 @@ GemmTile tile_from_json(const nlohmann::json& j) {
   t.multicast = j.value("multicast", false);
   t.pregather = j.value("pregather", false);
   t.work_queue = j.contains("work_queue") ? (j.at("work_queue").get<bool>() ? 1 : 0) : -1;
+  t.swap_ab_wgmma = j.value("swap_ab_wgmma", false);
   return t;
 }
 }  // namespace

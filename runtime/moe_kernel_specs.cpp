@@ -140,6 +140,9 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
     MOEJIT_REQUIRE(t.walk_rows >= 0 && t.walk_rows <= kMoeMaxWalkGroupRows,
                    "moe: tile config {}: {} walk_rows = {} must be in [0, {}] (0: the default, {})", c.describe(), role,
                    t.walk_rows, kMoeMaxWalkGroupRows, kMoeWalkGroupRows);
+    MOEJIT_REQUIRE(!t.swap_ab_wgmma || t.swap_ab,
+                   "moe: tile config {}: only a swap-AB tile runs the swap-AB kernel's wgmma variant (swap_ab_wgmma)",
+                   c.describe());
     if (t.wgmma) {
       MOEJIT_REQUIRE(wgmma_supported(spec, arch),
                      "moe: tile config {} runs {} on the wgmma kernel, which needs sm_90a (not {}), 16-bit, fp8 "

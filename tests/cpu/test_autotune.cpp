@@ -266,6 +266,11 @@ TEST_CASE("autotune: the swap-AB kernel's wgmma variant: picked, round-trip, ref
   bad.gemm2.warps_n = 6;
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(mx, bad, "sm_90a"), doctest::Contains("whole warpgroups"), Error);
   bad = c;
+  bad.gemm2 = wgmma_tile(128, 4, 0, true);
+  bad.gemm2.swap_ab_wgmma = true;  // read from a DB entry on any tile kind: refused, not dropped
+  CHECK(tile_config_from_json(tile_config_to_json(bad)) == bad);
+  CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(mx, bad, "sm_90a"), doctest::Contains("only a swap-AB tile"), Error);
+  bad = c;
   bad.block_m = 64;
   bad.gemm1 = bad.gemm2 = swap_ab_tile(4, 1, 2);
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(mx, bad, "sm_90a"), doctest::Contains("exceeds 32"), Error);
