@@ -90,7 +90,7 @@ __device__ inline void wgmma_stage_publish() {
 // warpgroup MMAs, which every warpgroup waited for (wgmma_block) before the barrier that ended block
 // b - 1.
 __device__ constexpr int wgmma_stage_bytes(int block_m) { return 2 * block_m * 128; }
-constexpr int kWgmmaStages = 2;
+inline constexpr int kWgmmaStages = 2;
 // Where word i of a lane's load l of token n lands, relative to the stage: half l / 2, chunk
 // (4 (l % 2) + i) ^ (n % 8) of row n, byte 4t.
 __device__ inline unsigned wgmma_stage_offset(int block_m, int n, int l, int t) {
