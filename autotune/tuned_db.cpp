@@ -61,10 +61,9 @@ GemmTile tile_kind_from_json(const nlohmann::json& j) {
   if (j.value("wgmma", false))
     return wgmma_tile(j.at("block_n").get<int>(), j.at("stages").get<int>(), j.value("split_k", 0),
                       j.value("persistent", false), j.value("staged", false));
-  if (j.value("swap_ab", false)) {
+  if (j.value("swap_ab", false))
     return swap_ab_tile(j.at("warps_n").get<int>(), j.at("warps_k").get<int>(), j.at("stages").get<int>(),
                         j.value("split_k", 0));
-  }
   GemmTile t;
   t.block_n = j.at("block_n").get<int>();
   t.block_k = j.at("block_k").get<int>();

@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
     }
     MOEJIT_REQUIRE(only.empty() || only == "routing" || only == "moe", "--only takes routing or moe, not {}", only);
     MOEJIT_REQUIRE(!ctx.token_counts.empty(), "--tokens needs at least one count");
+    MOEJIT_REQUIRE(!ctx.block_m || ctx.swap_ab, "--block-m sets the tokens of the --swap-ab tiles: give --swap-ab too");
     if (!shape_filter.empty()) {
       std::vector<BenchShape> kept;
       for (const auto& sh : shapes)
