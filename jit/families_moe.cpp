@@ -303,20 +303,22 @@ FamilyInfo moe_gemm_wgmma_family() {
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} weight rows per tile (block_n {}{}) must be 64, 128, 192 or 256", b_rows,
                               bn, gated ? ", gated" : ""));
-    // 128 x 128 block scales: each set's weight rows of a tile in one scale block (the scale is one
-    // number per set and k tile), and a second accumulator set (one k tile's sums) in registers.
-    if (quant == kQuantFp8Block && (128 % bn != 0 || b_rows > 128 || activation_is_interleaved(act)))
+    // 128 x 128 block scales: each scale slot's weight rows of a tile in one block (a set's
+    // block_n rows, or each 128 of them; the scale is one number per slot and k tile).
+    if (quant == kQuantFp8Block && ((128 % bn != 0 && bn % 128 != 0) || activation_is_interleaved(act)))
       throw Error(Phase::Validate,
-                  fmt::format("moe_gemm_wgmma: fp8_block needs block_n dividing 128, at most 128 weight rows per tile "
-                              "and gate / up rows stacked (block_n {}{}, {})",
+                  fmt::format("moe_gemm_wgmma: fp8_block needs block_n dividing 128 or a multiple of it, and gate / up "
+                              "rows stacked (block_n {}{}, {})",
                               bn, gated ? " gated" : "", s.get_string("activation")));
     // Every fp8 format keeps each k tile's sums in a second accumulator set (quant_promotes_k_tiles):
-    // at most 128 weight rows (fp8_block's own rule above says so with its block constraints).
-    if (quant_promotes_k_tiles(quant) && b_rows > 128)
+    // at most 128 weight rows, or 256 on the persistent variant's 128-row tiles, which keep them 128
+    // rows at a time (moe_gemm_wgmma_persistent.cuh, WIDE).
+    if (quant_promotes_k_tiles(quant) && b_rows > 128 && !(b_rows == 256 && persistent && bm == 128))
       throw Error(Phase::Validate,
-                  fmt::format("moe_gemm_wgmma: {} takes at most 128 weight rows per tile (block_n {}{}: {}): each k "
-                              "tile's e4m3 sums are kept apart in a second accumulator set",
-                              s.get_string("quant"), bn, gated ? ", gated" : "", b_rows));
+                  fmt::format("moe_gemm_wgmma: {} takes at most 128 weight rows per tile, or 256 on the persistent "
+                              "variant's 128-row tiles (block_n {}{}: {}, block_m {}, persistent {}): each k tile's "
+                              "e4m3 sums are kept apart in a second accumulator set",
+                              s.get_string("quant"), bn, gated ? ", gated" : "", b_rows, bm, persistent ? 1 : 0));
     const int role = gemm_role_code(s);
     const bool staged = s.get_int("staged_epilogue") != 0;
     if (staged && !persistent)

@@ -71,10 +71,11 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
     if (s < local_tiles) load_stage(s, kt_begin + s);
     sm80::cp_async_commit();
   }
-  BlockScales<T::G> scales;
+  using Scales = BlockScales<T::G, BLOCK_N>;
+  Scales scales;
   if constexpr (BLOCK_SCALED) scales.template init<ACT>(args, s_arow, wg * 64 + (warp % 4) * 16 + (lane >> 2), n0, expert);
   for (int i = 0; i < local_tiles; ++i) {
-    float a_sc[2] = {0.f, 0.f}, b_sc[T::G];
+    float a_sc[2] = {0.f, 0.f}, b_sc[Scales::SLOTS];
     if constexpr (BLOCK_SCALED) scales.load(args, kt_begin + i, a_sc, b_sc);  // before the wait: their latency overlaps it
     sm80::cp_async_wait<STAGES - 3>();
     sm90::fence_proxy_async();  // this thread's cp.async writes -> the async proxy
@@ -90,7 +91,7 @@ __device__ inline void plain_tile(const MoeGemmArgs& args, unsigned char* s_a, i
     sm80::cp_async_commit();
     if constexpr (PROMOTED) {
       sm90::wait<0>();
-      if constexpr (BLOCK_SCALED) promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
+      if constexpr (BLOCK_SCALED) promote_block<T::G, BLOCK_N, T::B_ROWS>(d, part, a_sc, b_sc);
       else promote_sum<T::G * T::NI * 4>(d, part);
     } else {
       sm90::wait<1>();

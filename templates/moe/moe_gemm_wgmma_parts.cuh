@@ -122,18 +122,21 @@ __device__ inline void mma_k_tile(float* d, unsigned long long desc_a, unsigned 
 
 // fp8 128 x 128 blocks: where a lane's scales are, found once per tile: the activation scale rows
 // of the two accumulator rows it holds (tile rows `row` and `row` + 8; padding rows read A's first
-// scale row and take 0) and each set's weight-row block (the host keeps each set's rows of a tile
-// in one block). load() then costs a load per scale: the per-k-tile address arithmetic (kernel
+// scale row and take 0) and the weight-row block of each of the tile's scale slots (a set's rows
+// n0 .. n0 + 127, n0 + 128 .. (block_n 256: two slots a set); the host keeps each slot's rows in
+// one block). load() then costs a load per scale: the per-k-tile address arithmetic (kernel
 // parameters reloaded from the constant bank, 64-bit products) had been most of the consumers'
 // instructions between two k tiles' wgmmas (ncu, H100, fp8_block DeepSeek-V3 TP8 GEMM1).
-template <int G>
+template <int G, int BLOCK_N>
 struct BlockScales {
+  static constexpr int PER_SET = BLOCK_N > 128 ? BLOCK_N / 128 : 1;  // scale blocks a set spans
+  static constexpr int SLOTS = G * PER_SET;
   // Element offsets (32 bits: MoeLayer keeps activation scale counts under 2^30; weight scale
-  // tensors are small): of the activation scale rows (-1: a padding row, scale 0) and of the sets'
+  // tensors are small): of the activation scale rows (-1: a padding row, scale 0) and of the slots'
   // weight-row blocks. Offsets rather than pointers: 64-bit ones cost the plain kernel the
   // registers of its second CTA per SM (fp8 GEMM2 128 x 64: 126 -> 133).
   int a[2];
-  int b[G];
+  int b[SLOTS];
   template <int ACT>
   __device__ void init(const MoeGemmArgs& args, const int* s_arow, int row, int n0, int expert) {
 #pragma unroll
@@ -142,27 +145,38 @@ struct BlockScales {
       a[h] = arow < 0 ? -1 : static_cast<int>(arow * args.a_scale_ld);
     }
 #pragma unroll
-    for (int g = 0; g < G; ++g)  // n0 < n_out: every set's first row is a weight row
-      b[g] = static_cast<int>(expert * args.b_scale_expert_stride +
-                              (moe_tile::weight_row<ACT>(args, n0, g) >> 7) * args.b_scale_row_stride);
+    for (int s = 0; s < SLOTS; ++s) {
+      // n0 < n_out: every set's first row is a weight row; a slot past n_out (the last column
+      // tile's second half) reads its set's first block: its columns are never stored.
+      const int first = moe_tile::weight_row<ACT>(args, n0, s / PER_SET);
+      const int wrow = moe_tile::weight_row<ACT>(args, n0 + (s % PER_SET) * 128, s / PER_SET);
+      b[s] = static_cast<int>(expert * args.b_scale_expert_stride + ((wrow < 0 ? first : wrow) >> 7) * args.b_scale_row_stride);
+    }
   }
   // The scales of k tile kt.
-  __device__ void load(const MoeGemmArgs& args, int kt, float (&a_sc)[2], float (&b_sc)[G]) const {
+  __device__ void load(const MoeGemmArgs& args, int kt, float (&a_sc)[2], float (&b_sc)[SLOTS]) const {
 #pragma unroll
     for (int h = 0; h < 2; ++h) a_sc[h] = a[h] < 0 ? 0.f : __ldg(args.a_scale + a[h] + kt);
     const float* b_scale = static_cast<const float*>(args.b_scale);
 #pragma unroll
-    for (int g = 0; g < G; ++g) b_sc[g] = __ldg(b_scale + b[g] + kt);
+    for (int s = 0; s < SLOTS; ++s) b_sc[s] = __ldg(b_scale + b[s] + kt);
   }
 };
-// d += one k tile's sums (part, waited for) x a_scale(row) x b_scale(set).
-template <int G, int NI>
-__device__ inline void promote_block(float* d, float* part, const float (&a_sc)[2], const float (&b_sc)[G]) {
+// d += one k tile's sums of weight rows c * CHUNK_ROWS .. (part, waited for: the chunk's m64 x
+// CHUNK_ROWS fragment) x a_scale(row) x b_scale(slot). Element e of the fragment is column
+// (e / 4) * 8 + .. of the chunk, row lane / 4 (+ 8 for bit 1 of e); d holds the whole tile's
+// fragment (B_ROWS / 2 elements), the chunk's from c * CHUNK_ROWS / 2 on. c is a constant of an
+// unrolled loop (the indices fold; d stays in registers).
+template <int G, int BLOCK_N, int CHUNK_ROWS>
+__device__ inline void promote_block(float* d, float* part, const float (&a_sc)[2],
+                                     const float (&b_sc)[BlockScales<G, BLOCK_N>::SLOTS], int c = 0) {
+  constexpr int PER_SET = BlockScales<G, BLOCK_N>::PER_SET;
 #pragma unroll
-  for (int e = 0; e < G * NI * 4; ++e) {
+  for (int e = 0; e < CHUNK_ROWS / 2; ++e) {
     sm90::fence_operand(part[e]);
-    // e = (set * NI + chunk) * 4 + j: j / 2 picks the row (lane / 4 or + 8)
-    d[e] += part[e] * (a_sc[(e >> 1) & 1] * b_sc[e / (NI * 4)]);
+    const int n = c * CHUNK_ROWS + (e / 4) * 8;  // the weight row (tile column) of e's n8 chunk
+    const int slot = n / BLOCK_N * PER_SET + n % BLOCK_N / 128;
+    d[c * CHUNK_ROWS / 2 + e] += part[e] * (a_sc[(e >> 1) & 1] * b_sc[slot]);
   }
 }
 // d += one k tile's sums, unscaled (fp8 per channel / tensor: their scales act in the epilogue).

@@ -60,11 +60,23 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   constexpr bool DEQUANT = quant_dequantizes_b(QUANT);
   constexpr int PRODUCERS = moe_wgmma_producer_threads(QUANT);  // producer threads: warpgroups 0 (, 1)
   constexpr bool MOVE_REGS = CONSUMERS == 256 && !DEQUANT;       // setmaxnreg
-  constexpr int PRODUCER_REGS = PROMOTED ? 96 : 136, CONSUMER_REGS = PROMOTED ? 200 : 176;
+  // fp8 tiles of more than 128 weight rows (WIDE) keep one k tile's sums 128 weight rows
+  // ("a chunk") at a time: m64n128 wgmmas per chunk, each chunk waited for and promoted before the
+  // next is issued, so the second accumulator set stays at 64 registers beside d's 128. The
+  // consumers then take 224 registers, and the producer (bulk tensor copies; GEMM1's gathered A
+  // rows by cp.async, 8 rows) gives back down to 56. The wider tile reads a k tile's A rows once
+  // for twice the weight rows: ncu (H100, fp8_block DeepSeek-V3 M = 8192, 128 x 128 weight-row
+  // tiles) had both GEMMs at 90-96% of L2 throughput and 43-48% of the SM's.
+  constexpr int CHUNK_ROWS = PROMOTED && T::B_ROWS > 128 ? 128 : T::B_ROWS;
+  constexpr int CHUNKS = T::B_ROWS / CHUNK_ROWS;
+  constexpr bool WIDE = CHUNKS > 1;
+  static_assert(CHUNKS * CHUNK_ROWS == T::B_ROWS, "whole chunks");
+  constexpr int PRODUCER_REGS = WIDE ? 56 : PROMOTED ? 96 : 136, CONSUMER_REGS = WIDE ? 224 : PROMOTED ? 200 : 176;
   constexpr int LAUNCH_REGS = 65536 / 384 / 8 * 8;
   static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producer's");
-  static_assert(!PROMOTED || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
+  static_assert(!PROMOTED || WIDE || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
+  static_assert(!WIDE || (MOVE_REGS && BLOCK_M * 8 / 128 <= 8), "the producer's 56 registers hold 8 A rows");
   static_assert(moe_wgmma_b_by_tma(true, QUANT) != DEQUANT,
                 "the persistent variant reads 16-bit / fp8 weight tiles by bulk tensor copies");
   static_assert(!DEQUANT || (!MULTICAST && !PINGPONG), "weight-only formats: one consumer group, no clusters");
@@ -289,7 +301,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     const unsigned turn0 = full0 + 2 * STAGES * 8;  // [2] (ping-pong)
     float acc[T::G][1][T::NI][4];
     float* d = &acc[0][0][0][0];
-    float part[PROMOTED ? T::G * T::NI * 4 : 1];  // fp8: one k tile's sums
+    float part[PROMOTED ? CHUNK_ROWS / 2 : 1];  // fp8: one k tile's sums (of a chunk's weight rows)
     // Per-weight-row scales (fp8 channel / tensor; not with ping-pong, whose turn barriers are here).
     static_assert(!(PINGPONG && EPILOGUE_SCALED), "ping-pong groups would need column scales of their own");
     static_assert(!STAGED || moe_wgmma_staging_bytes(ROLE, BLOCK_M, BLOCK_N, STAGES, T::G == 2, true, QUANT) > 0,
@@ -389,15 +401,16 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         // tile's before its wait (a fetch ahead measured slower there, 815 -> 858 us, DeepSeek-V3
         // TP8 M = 8192, H100).
         constexpr bool AHEAD = BLOCK_SCALED && ROLE == kRoleGemm1;
-        BlockScales<T::G> scales;
+        using Scales = BlockScales<T::G, BLOCK_N>;
+        Scales scales;
         if constexpr (BLOCK_SCALED)
           scales.template init<ACT>(args, s_arow, wg * 64 + (cwarp % 4) * 16 + (lane >> 2), n0, expert);
-        float a_sc[2], b_sc[T::G];
+        float a_sc[2], b_sc[Scales::SLOTS];
         if constexpr (AHEAD)
           if (local_tiles > 0) scales.load(args, kt_begin, a_sc, b_sc);
         int slot = it0 % STAGES, phase = (it0 / STAGES) & 1;
         for (int i = 0; i < local_tiles; ++i) {
-          float a_next[2], b_next[T::G];
+          float a_next[2], b_next[Scales::SLOTS];
           if constexpr (AHEAD)  // the last k tile loads its own again (no branch, no read past the row)
             scales.load(args, kt_begin + min(i + 1, local_tiles - 1), a_next, b_next);
           else if constexpr (BLOCK_SCALED)
@@ -405,18 +418,24 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           sm90::mbar_wait(full0 + slot * 8, phase);
           sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
           sm90::fence();
-          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(part, sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes),
-                                              sm90::sw128_desc(smem_b + slot * T::B_STAGE), 0);
-          sm90::commit();
-          sm90::wait<0>();
-          release(slot);
-          if constexpr (BLOCK_SCALED) promote_block<T::G, T::NI>(d, part, a_sc, b_sc);
-          else promote_sum<T::G * T::NI * 4>(d, part);
+          const unsigned long long desc_a = sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes);
+          // Chunk c: weight rows c * CHUNK_ROWS .. of the slot (whole 1024-byte swizzle atoms).
+#pragma unroll
+          for (int c = 0; c < CHUNKS; ++c) {
+            if (c > 0) sm90::fence();  // the promotion's reads of `part` before the wgmma that rewrites it
+            mma_k_tile<DTYPE, QUANT, CHUNK_ROWS>(
+                part, desc_a, sm90::sw128_desc(smem_b + slot * T::B_STAGE + c * CHUNK_ROWS * kRowBytes), 0);
+            sm90::commit();
+            sm90::wait<0>();
+            if (c == CHUNKS - 1) release(slot);
+            if constexpr (BLOCK_SCALED) promote_block<T::G, BLOCK_N, CHUNK_ROWS>(d, part, a_sc, b_sc, c);
+            else promote_sum<CHUNK_ROWS / 2>(d + c * CHUNK_ROWS / 2, part);
+          }
           if constexpr (AHEAD) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) a_sc[h] = a_next[h];
 #pragma unroll
-            for (int g = 0; g < T::G; ++g) b_sc[g] = b_next[g];
+            for (int g = 0; g < Scales::SLOTS; ++g) b_sc[g] = b_next[g];
           }
           if (++slot == STAGES) {
             slot = 0;

@@ -126,8 +126,22 @@ TEST_CASE("gpu moe quant: fp8 wgmma tiles over a long K stay as accurate as mma.
   MoeTileConfig plain;
   plain.gemm1 = wgmma_tile(64, 4);
   plain.gemm2 = wgmma_tile(128, 3);
-  for (MoeQuant q : {kQuantFp8Channel, kQuantFp8Tensor, kQuantFp8Block}) {
-    const MoeSpec spec = small_layer(16, 4, 4096, 256, kActSiluMul, kDTypeBF16, q);  // 32 k tiles in GEMM1
+  // 256 weight rows a tile, their k tile sums kept 128 rows at a time (the persistent kernel's WIDE
+  // tiles): gated GEMM1 block_n 128, GEMM2 block_n 256.
+  MoeTileConfig wide;
+  wide.block_m = 128;
+  wide.gemm1 = wgmma_tile(128, 4, 0, true);
+  wide.gemm2 = wgmma_tile(256, 3, 0, true);
+  MoeTileConfig wide_staged = wide;
+  wide_staged.gemm1 = wgmma_tile(128, 3, 0, true, true);
+  MoeTileConfig wide_gemm1 = persistent;  // GEMM1's alone
+  wide_gemm1.gemm1 = wide.gemm1;
+  // The second layer's last column tiles end inside a tile's second 128 weight rows (N = 384:
+  // GEMM1's third tile; hidden 3968: GEMM2's sixteenth, its second chunk all past n_out).
+  for (const auto& [q, hidden, inter] :
+       {std::tuple{kQuantFp8Channel, 4096, 256}, {kQuantFp8Tensor, 4096, 256}, {kQuantFp8Block, 4096, 256},
+        {kQuantFp8Block, 3968, 384}, {kQuantFp8Channel, 3968, 384}}) {
+    const MoeSpec spec = small_layer(16, 4, hidden, inter, kActSiluMul, kDTypeBF16, q);  // 31-32 k tiles in GEMM1
     MoeRun r = make_moe_run(rt, spec, kTokens, 33);
     auto error = [&](const MoeTileConfig& c) {
       r.problem->poison();
@@ -136,7 +150,7 @@ TEST_CASE("gpu moe quant: fp8 wgmma tiles over a long K stay as accurate as mma.
       return r.problem->relative_error(r.problem->output(kTokens), MoeProblem::sample_tokens(kTokens, kMaxCheckedTokens));
     };
     const double base = error(sm80);
-    for (const MoeTileConfig* c : {&persistent, &plain}) {
+    for (const MoeTileConfig* c : {&persistent, &plain, &wide, &wide_staged, &wide_gemm1}) {
       const double err = error(*c);
       INFO(fmt::format("{} {}: relative error {:.3e}, mma.sync tiles {:.3e}", quant_name(q), c->describe(), err, base));
       CHECK(err <= quant_error_band(q));
