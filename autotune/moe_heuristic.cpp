@@ -289,14 +289,17 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
       c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 5, 0, true);
       c.gemm2 = wgmma_tile(64, 3, 0, true);
     } else {
-      // fp8 prefill: e4m3 wgmma, 128 weight rows per tile (block scales keep a k tile's sums apart),
-      // persistent (while one consumer warpgroup scales a k tile's sums the other multiplies; on an
-      // H200 the tuner picked these for DeepSeek-V3 TP8 fp8_block M = 2048 .. 8192).
-      // GEMM2 with the staged epilogue (DeepSeek-V3 TP8 fp8_block M = 4096 / 8192 on an H200: 1382 ->
-      // 1225, 2485 -> 2119 us).
+      // fp8 prefill: e4m3 wgmma on the bf16 layers' tiles, 128 rows x 256 weight rows, persistent
+      // (the consumers keep a k tile's sums 128 weight rows at a time; while one warpgroup scales
+      // them the other multiplies). GEMM2 staged as bf16's. H100, no DB, same run against the
+      // 128-weight-row tiles (GEMM1 64 columns s6, GEMM2 128 staged), M = 2048 / 4096 / 8192:
+      // fp8_block DeepSeek-V3 TP8 791 / 1200 / 1993 -> 759 / 1150 / 1907 us, Mixtral-8x7B 2093 /
+      // 3815 / 7378 -> 1901 / 3437 / 6316, Qwen3-30B-A3B 380 / 616 / 1171 -> 372 / 566 / 1017,
+      // DeepSeek-V2-Lite 428 / 753 / 1434 -> 400 / 661 / 1208, DeepSeek-V3 (E = 256, N = 2048) M
+      // = 8192 9111 -> 8598; fp8_channel DeepSeek-V3 TP8 M = 2048 / 8192 966 / 2292 -> 864 / 2054.
       c.block_m = 128;
-      c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 6, 0, true);
-      c.gemm2 = wgmma_tile(128, 3, 0, true, true);
+      c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4, 0, true);
+      c.gemm2 = spec.fused ? wgmma_tile(256, 3, 0, true, true) : wgmma_tile(256, 4, 0, true);
     }
     return c;
   }

@@ -350,7 +350,9 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   f8.quant = kQuantFp8Channel;
   const MoeTileConfig f8_prefill = heuristic_tile_config(f8, 8192, true, "sm_90a");
   CHECK((f8_prefill.gemm1.wgmma && f8_prefill.gemm1.persistent && f8_prefill.gemm2.persistent));
-  CHECK_NOTHROW(moe_expert_kernel_specs(f8, f8_prefill, "sm_90a"));
+  CHECK(f8_prefill.gemm1.block_n == 128);  // gated: 256 weight rows, a k tile's sums 128 rows at a time
+  CHECK(f8_prefill.gemm2.block_n == 256);
+  CHECK_NOTHROW(moe_expert_kernel_specs(f8, f8_prefill, "sm_90a", moe_gemm2_stores_rows16(f8, f8_prefill, 8192)));
   int f8_persistent = 0;
   for (const auto& t : candidate_tiles(f8, 128, true, {227 * 1024, "sm_90a"})) f8_persistent += t.wgmma && t.persistent;
   CHECK(f8_persistent >= 3);
@@ -393,8 +395,18 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   for (MoeQuant fp8 : {kQuantFp8Channel, kQuantFp8Tensor}) {  // each k tile's sums apart: a second accumulator set
     MoeSpec f = q;
     f.quant = fp8;
-    refused(f, prefill, "sm_90a", "takes at most 128 weight rows per tile");
+    // 256 weight rows: the persistent variant's 128-row tiles only (they keep 128 rows' sums at a time).
+    CHECK_NOTHROW(moe_expert_kernel_specs(f, prefill, "sm_90a", true));
+    refused(f, plain_prefill, "sm_90a", "takes at most 128 weight rows per tile");
+    MoeTileConfig short_rows = prefill;
+    short_rows.block_m = 64;
+    refused(f, short_rows, "sm_90a", "takes at most 128 weight rows per tile");
   }
+  MoeSpec fp8_block = q;
+  fp8_block.quant = kQuantFp8Block;
+  MoeTileConfig straddling = prefill;  // a 128-row scale block across two of a tile's 192 columns
+  straddling.gemm2.block_n = 192;
+  refused(fp8_block, straddling, "sm_90a", "block_n dividing 128 or a multiple of it");
   refused(int8, plain_prefill, "sm_90a", "dequantized by the persistent variant's producer warpgroup");
   refused(det, prefill, "sm_90a", "fast reduce mode");
   MoeTileConfig odd = prefill;
