@@ -62,6 +62,13 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, con
   // (The wgmma kernel's tiles have 64 rows at least: the shared-memory kernel's below that.)
   MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)), false,
                                           block_m >= 64 ? arch : std::string());
+  // (At 64 rows the heuristic already picks 128-row tiles.) fp8 tiles of 256 weight rows are the
+  // 128-row persistent tiles' alone (their k tile sums 128 rows at a time): 128 on shorter tiles.
+  if (block_m < c.block_m && quant_promotes_k_tiles(spec.quant))
+    for (GemmTile* t : {&c.gemm1, &c.gemm2}) {
+      const int sets = t == &c.gemm1 && spec.fused && activation_is_gated(spec.activation) ? 2 : 1;
+      if (t->wgmma && sets * t->block_n > 128) t->block_n = 128 / sets;
+    }
   c.block_m = block_m;
   return c;
 }

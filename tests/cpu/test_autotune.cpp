@@ -353,6 +353,16 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   CHECK(f8_prefill.gemm1.block_n == 128);  // gated: 256 weight rows, a k tile's sums 128 rows at a time
   CHECK(f8_prefill.gemm2.block_n == 256);
   CHECK_NOTHROW(moe_expert_kernel_specs(f8, f8_prefill, "sm_90a", moe_gemm2_stores_rows16(f8, f8_prefill, 8192)));
+  for (MoeQuant fq : {kQuantFp8Channel, kQuantFp8Block}) {  // the tuner's base config per block_m validates
+    MoeSpec f = q;
+    f.quant = fq;
+    for (int bm : {64, 128}) {
+      const MoeTileConfig base = heuristic_config_for_block_m(f, bm, "sm_90a");
+      INFO(quant_name(fq) << " block_m " << bm << ": " << base.describe());
+      CHECK(base.block_m == bm);
+      CHECK_NOTHROW(moe_expert_kernel_specs(f, base, "sm_90a", moe_gemm2_stores_rows16(f, base, 8192)));
+    }
+  }
   int f8_persistent = 0;
   for (const auto& t : candidate_tiles(f8, 128, true, {227 * 1024, "sm_90a"})) f8_persistent += t.wgmma && t.persistent;
   CHECK(f8_persistent >= 3);
