@@ -437,12 +437,21 @@ std::vector<MoeKernelCase> moe_wgmma_cases() {
   for (const MoeSpec& spec : fp8) {
     const int g1 = activation_is_gated(spec.activation) ? 2 : 1;
     for (int bm : {64, 128})
-      for (int variant = 0; variant < 8; ++variant) {
+      for (int variant = 0; variant < 10; ++variant) {
         MoeTileConfig c;
         c.block_m = bm;
         std::vector<int> tokens = {40, 300};
         const bool persistent = variant >= 2;
-        if (variant == 7) {  // GEMM1 reading the e4m3 X gathered beforehand
+        if (variant >= 8) {  // 256 weight rows (128-row persistent tiles: a k tile's sums 128 rows at a time)
+          if (bm != 128 || (variant == 9 && g1 != 2)) continue;
+          c.gemm1 = wgmma_tile(256 / g1, variant == 8 ? 3 : 4, 0, true, variant == 8);
+          c.gemm2 = wgmma_tile(256, 3, 0, true, true);  // (staged: DTYPE rows)
+          if (variant == 9) {  // and GEMM1's weight tiles multicast, a grouped walk of 5 rows
+            c.gemm1.multicast = true;
+            c.gemm1.walk_rows = 5;
+          }
+          tokens.push_back(8000);
+        } else if (variant == 7) {  // GEMM1 reading the e4m3 X gathered beforehand
           c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
           c.gemm2 = wgmma_tile(128, 3, 0, true);
           c.gemm1.pregather = true;
