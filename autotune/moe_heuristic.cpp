@@ -300,6 +300,13 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
       c.block_m = 128;
       c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4, 0, true);
       c.gemm2 = spec.fused ? wgmma_tile(256, 3, 0, true, true) : wgmma_tile(256, 4, 0, true);
+      // GEMM1's weight tiles multicast over pairs of row tiles from a full tile an expert, where
+      // the k loop is long (K >= 4096). H100, no DB, same runs, fp8_block: DeepSeek-V3 TP8 (K = 7168)
+      // M = 4096 / 8192 (128 / 256 rows) 1151 / 1903 -> 1028 / 1664 us, DeepSeek-V3 (N = 2048) M =
+      // 4096 / 8192 5761 / 8482 -> 5149 / 7877, at 64 rows (M = 2048) +-0.3%; Mixtral-8x7B (K =
+      // 4096) M = 1024 .. 8192 -2 .. +0.4%; with K = 2048 it lost at 64-128 rows (Qwen3-30B-A3B M =
+      // 1024 / 2048 +2 / +3%) and won 5% at 512 (M = 8192): not taken there.
+      c.gemm1.multicast = gemm1_gated && rows >= 128 && spec.hidden >= 4096;
     }
     return c;
   }

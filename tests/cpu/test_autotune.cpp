@@ -352,6 +352,15 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   CHECK((f8_prefill.gemm1.wgmma && f8_prefill.gemm1.persistent && f8_prefill.gemm2.persistent));
   CHECK(f8_prefill.gemm1.block_n == 128);  // gated: 256 weight rows, a k tile's sums 128 rows at a time
   CHECK(f8_prefill.gemm2.block_n == 256);
+  CHECK_FALSE(f8_prefill.gemm1.multicast);  // K = 2048: GEMM1's k loop too short for the clusters
+  MoeSpec f8_long_k = f8;  // DeepSeek-V3 TP8-like: K = 7168, 256 experts
+  f8_long_k.num_experts = 256;
+  f8_long_k.hidden = 7168;
+  f8_long_k.intermediate = 256;
+  const MoeTileConfig f8_long = heuristic_tile_config(f8_long_k, 8192, true, "sm_90a");  // 256 rows an expert
+  CHECK(f8_long.gemm1.multicast);
+  CHECK_NOTHROW(moe_expert_kernel_specs(f8_long_k, f8_long, "sm_90a", moe_gemm2_stores_rows16(f8_long_k, f8_long, 8192)));
+  CHECK_FALSE(heuristic_tile_config(f8_long_k, 2048, true, "sm_90a").gemm1.multicast);  // 64 rows
   CHECK_NOTHROW(moe_expert_kernel_specs(f8, f8_prefill, "sm_90a", moe_gemm2_stores_rows16(f8, f8_prefill, 8192)));
   for (MoeQuant fq : {kQuantFp8Channel, kQuantFp8Block}) {  // the tuner's base config per block_m validates
     MoeSpec f = q;
