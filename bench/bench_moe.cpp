@@ -102,6 +102,14 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
         config.gemm1.multicast = true;
         if (!config_fits(s, config, limits)) config.gemm1.multicast = false;
       }
+      if (ctx.gemm2_split) {
+        config.gemm2.split_k = *ctx.gemm2_split;
+        config.topk_sum = TopkSum::Atomic;
+        if (!config_fits(s, config, limits)) config.gemm2.staged = false;
+        if (!config_fits(s, config, limits))
+          throw Error(Phase::Validate, fmt::format("moejit_bench: --gemm2-split {}: {} does not fit", *ctx.gemm2_split,
+                                                   config.describe()));
+      }
       auto forward = [&](const MoeForwardArgs& a) { layer.forward_with_config(ctx.stream, a, config); };
       auto args = [&](int set) {
         MoeDevicePointers p;

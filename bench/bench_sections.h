@@ -46,6 +46,9 @@ struct Context {
   // --multicast: persistent wgmma GEMM1 tiles that can (GemmTile::multicast: gated activations)
   // multicast their weight tiles over clusters of two CTAs.
   bool multicast = false;
+  // --gemm2-split N: GEMM2 splits k N ways, its top-k sum by fp32 adds (TopkSum::Atomic; a staged
+  // tile whose fp32 rows do not fit runs unstaged), A/B of GemmTile::split_k against the config's own.
+  std::optional<int> gemm2_split;
   // --balanced: router logits that give every expert the same row count (bench_moe.cpp) instead of
   // random ones (how much the expert row tiles' padding costs).
   bool balanced = false;

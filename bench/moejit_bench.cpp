@@ -4,7 +4,7 @@
 //
 //   moejit_bench [--model config.json] [--tokens 1,16,128,1024,8192] [--json out.json] [--reps N]
 //                [--only routing|moe] [--quant FORMAT] [--shapes name,name] [--swap-ab WNxWKxS|wgWNxS]
-//                [--block-m N] [--walk-rows N] [--pingpong] [--multicast] [--pregather] [--balanced]
+//                [--block-m N] [--walk-rows N] [--pingpong] [--multicast] [--pregather] [--gemm2-split N] [--balanced]
 //
 // Floors: bytes / device-to-device copy bandwidth, and flops / dense bf16 GEMM rate (cuBLAS, when
 // present; for fp8 w8a8 layers the dense fp8 rate of cuBLASLt); efficiency = floor / time. Times are medians over replays of a CUDA graph holding several
@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
       else if (arg == "--pingpong") ctx.pingpong = true;
       else if (arg == "--multicast") ctx.multicast = true;
       else if (arg == "--pregather") ctx.pregather = true;
+      else if (arg == "--gemm2-split") ctx.gemm2_split = static_cast<int>(parse_int(value(), "--gemm2-split"));
       else if (arg == "--balanced") ctx.balanced = true;
       else if (arg == "--model") {
         auto m = ModelMoeConfig::from_file(value());
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
         fmt::print("usage: moejit_bench [--model config.json] [--tokens 1,16,...] [--reps N] [--json out.json] "
                    "[--only routing|moe] [--quant none|int8_channel|int4_group|mxfp4|mxfp4_packed|fp8_block|fp8_channel|fp8_tensor] "
                    "[--shapes name,name] [--swap-ab WNxWKxS|wgWNxS] [--block-m N] [--walk-rows N] [--pingpong] [--multicast] "
-                   "[--pregather] [--balanced]\n");
+                   "[--pregather] [--gemm2-split N] [--balanced]\n");
         return 0;
       } else {
         throw Error(Phase::Validate, "unknown argument " + arg);
