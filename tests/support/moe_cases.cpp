@@ -220,6 +220,11 @@ std::vector<MoeCase> moe_quant_cases() {
   fp8_tensor.fused = false;
   fp8_tensor.reduce = ReduceMode::Deterministic;
   add(fp8_tensor);
+  // Unfused fp8_block, fast mode: at M = 1000 (250 rows an expert) GEMM1's raw rows come from
+  // 256-weight-row wgmma tiles (both scale blocks of a tile's rows), GEMM2 unstaged fp32 rows.
+  MoeSpec fp8_unfused = small(kQuantFp8Block, 256, 128, kActSiluMul, kDTypeBF16);
+  fp8_unfused.fused = false;
+  add(fp8_unfused);
 
   MoeSpec gpt_oss = model_case("gpt-oss-20b").spec;  // with MXFP4 experts
   gpt_oss.quant = kQuantMxfp4;
