@@ -62,8 +62,9 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, con
   // (The wgmma kernel's tiles have 64 rows at least: the shared-memory kernel's below that.)
   MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)), false,
                                           block_m >= 64 ? arch : std::string());
-  // (At 64 rows the heuristic already picks 128-row tiles.) fp8 tiles of 256 weight rows are the
-  // 128-row persistent tiles' alone (their k tile sums 128 rows at a time): 128 on shorter tiles.
+  // Asked at 64 rows an expert, the heuristic returns 128-row tiles, whose fp8 GEMMs take 256
+  // weight rows (kept 128 rows at a time, the 128-row persistent tiles' alone): at block_m 64 they
+  // narrow to 128 weight rows.
   if (block_m < c.block_m && quant_promotes_k_tiles(spec.quant))
     for (GemmTile* t : {&c.gemm1, &c.gemm2}) {
       const int sets = t == &c.gemm1 && spec.fused && activation_is_gated(spec.activation) ? 2 : 1;

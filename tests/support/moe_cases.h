@@ -20,6 +20,9 @@ struct MoeCase {
 MoeSpec small_layer(int experts, int top_k, int hidden, int intermediate, MoeActivation act = kActSiluMul,
                     MoeDType dtype = kDTypeBF16, MoeQuant quant = kQuantNone);
 
+// Qwen3-30B-A3B's expert shape: E = 128, top_k = 8, K = 2048, N = 768 (bf16, silu_mul).
+inline MoeSpec qwen3_30b_a3b_layer() { return small_layer(128, 8, 2048, 768); }
+
 // Small layer (E=8, top_k=2, K=192, N=80: tails in K and N) in every combination of activation x
 // dtype x bias x router weight position x fused/unfused x fast/deterministic.
 std::vector<MoeCase> moe_matrix_cases();
