@@ -68,6 +68,17 @@ GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, b
   }
   return swap_ab_tile(4, 1, 2);  // not reached
 }
+
+// Prefill on sm_90a (more than kWgmmaWideRows rows an expert), 16-bit and fp8 layers alike: 128
+// rows x 256 weight rows, persistent; GEMM2 with the staged epilogue where its DTYPE rows fit
+// beside 3 slots (the fused layer; then the top-k sum comes from DTYPE rows at every batch size).
+// H200, against 4 slots unstaged: DeepSeek-V3 TP8 M = 8192 2706 -> 2260 us, DeepSeek-V2-Lite M =
+// 1024 .. 4096 1-10%, Mixtral-8x7B M = 1024 .. 8192 1-2% faster; 64-row tiles lost 2-8% with it.
+void set_prefill_wgmma_tiles(MoeTileConfig& c, const MoeSpec& spec, bool gemm1_gated) {
+  c.block_m = 128;
+  c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4, 0, true);
+  c.gemm2 = spec.fused ? wgmma_tile(256, 3, 0, true, true) : wgmma_tile(256, 4, 0, true);
+}
 }  // namespace
 
 std::string MoeTileConfig::describe() const {
@@ -289,17 +300,15 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
       c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 5, 0, true);
       c.gemm2 = wgmma_tile(64, 3, 0, true);
     } else {
-      // fp8 prefill: e4m3 wgmma on the bf16 layers' tiles, 128 rows x 256 weight rows, persistent
-      // (the consumers keep a k tile's sums 128 weight rows at a time; while one warpgroup scales
-      // them the other multiplies). GEMM2 staged as bf16's. H100, no DB, same run against the
-      // 128-weight-row tiles (GEMM1 64 columns s6, GEMM2 128 staged), M = 2048 / 4096 / 8192:
+      // fp8 prefill: e4m3 wgmma on the 16-bit layers' tiles (the consumers keep a k tile's sums 128
+      // weight rows at a time; while one warpgroup scales them the other multiplies). H100, no DB,
+      // same run against 128-weight-row tiles (GEMM1 64 columns s6, GEMM2 128 staged), M = 2048 /
+      // 4096 / 8192:
       // fp8_block DeepSeek-V3 TP8 791 / 1200 / 1993 -> 759 / 1150 / 1907 us, Mixtral-8x7B 2093 /
       // 3815 / 7378 -> 1901 / 3437 / 6316, Qwen3-30B-A3B 380 / 616 / 1171 -> 372 / 566 / 1017,
       // DeepSeek-V2-Lite 428 / 753 / 1434 -> 400 / 661 / 1208, DeepSeek-V3 (E = 256, N = 2048) M
       // = 8192 9111 -> 8598; fp8_channel DeepSeek-V3 TP8 M = 2048 / 8192 966 / 2292 -> 864 / 2054.
-      c.block_m = 128;
-      c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4, 0, true);
-      c.gemm2 = spec.fused ? wgmma_tile(256, 3, 0, true, true) : wgmma_tile(256, 4, 0, true);
+      set_prefill_wgmma_tiles(c, spec, gemm1_gated);
       // GEMM1's weight tiles multicast over pairs of row tiles from a full tile an expert, where
       // the k loop is long (K >= 4096). H100, no DB, same runs, fp8_block: DeepSeek-V3 TP8 (K = 7168)
       // M = 4096 / 8192 (128 / 256 rows) 1151 / 1903 -> 1028 / 1664 us, DeepSeek-V3 (N = 2048) M =
@@ -355,13 +364,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
       c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
       c.gemm2 = wgmma_tile(128, 4, 0, true);
     } else {
-      // GEMM2 with the staged epilogue where its DTYPE rows fit beside 3 slots (the fused layer;
-      // then the top-k sum comes from DTYPE rows at every batch size). H200, against 4 slots
-      // unstaged: DeepSeek-V3 TP8 M = 8192 2706 -> 2260 us, DeepSeek-V2-Lite M = 1024 .. 4096
-      // 1-10%, Mixtral-8x7B M = 1024 .. 8192 1-2% faster; 64-row tiles lost 2-8% with it.
-      c.block_m = 128;
-      c.gemm1 = wgmma_tile(gemm1_gated ? 128 : 256, 4, 0, true);
-      c.gemm2 = spec.fused ? wgmma_tile(256, 3, 0, true, true) : wgmma_tile(256, 4, 0, true);
+      set_prefill_wgmma_tiles(c, spec, gemm1_gated);
     }
     return c;
   }
