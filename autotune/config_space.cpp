@@ -63,12 +63,12 @@ MoeTileConfig heuristic_config_for_block_m(const MoeSpec& spec, int block_m, con
   MoeTileConfig c = heuristic_tile_config(spec, static_cast<int>(std::min<long long>(m, 1 << 20)), false,
                                           block_m >= 64 ? arch : std::string());
   // Asked at 64 rows an expert, the heuristic returns 128-row tiles, whose fp8 GEMMs take 256
-  // weight rows (kept 128 rows at a time, the 128-row persistent tiles' alone): at block_m 64 they
-  // narrow to 128 weight rows.
-  if (block_m < c.block_m && quant_promotes_k_tiles(spec.quant))
+  // weight rows: at block_m 64 they narrow to what those tiles take.
+  if (quant_promotes_k_tiles(spec.quant))
     for (GemmTile* t : {&c.gemm1, &c.gemm2}) {
       const int sets = t == &c.gemm1 && spec.fused && activation_is_gated(spec.activation) ? 2 : 1;
-      if (t->wgmma && sets * t->block_n > 128) t->block_n = 128 / sets;
+      const int max_rows = moe_wgmma_promoted_max_b_rows(block_m, t->persistent);
+      if (t->wgmma && sets * t->block_n > max_rows) t->block_n = max_rows / sets;
     }
   c.block_m = block_m;
   return c;

@@ -310,10 +310,9 @@ FamilyInfo moe_gemm_wgmma_family() {
                   fmt::format("moe_gemm_wgmma: fp8_block needs block_n dividing 128 or a multiple of it, and gate / up "
                               "rows stacked (block_n {}{}, {})",
                               bn, gated ? " gated" : "", s.get_string("activation")));
-    // Every fp8 format keeps each k tile's sums in a second accumulator set (quant_promotes_k_tiles):
-    // at most 128 weight rows, or 256 on the persistent variant's 128-row tiles, which keep them 128
-    // rows at a time (moe_gemm_wgmma_persistent.cuh, WIDE).
-    if (quant_promotes_k_tiles(quant) && b_rows > 128 && !(b_rows == 256 && persistent && bm == 128))
+    // Every fp8 format keeps each k tile's sums in a second accumulator set (quant_promotes_k_tiles;
+    // moe_gemm_wgmma_persistent.cuh, WIDE, for 256 rows).
+    if (quant_promotes_k_tiles(quant) && b_rows > moe_wgmma_promoted_max_b_rows(int(bm), persistent))
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} takes at most 128 weight rows per tile, or 256 on the persistent "
                               "variant's 128-row tiles (block_n {}{}: {}, block_m {}, persistent {}): each k tile's "

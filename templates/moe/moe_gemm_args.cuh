@@ -208,6 +208,12 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_rows_held(int block_m, bool pingpong)
 // Producer warpgroups of the persistent variant: two where they dequantize weight-only formats (one
 // warp per scheduler left the conversion latency-bound: 72% of issue cycles had no eligible warp).
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_producer_threads(int quant) { return quant_dequantizes_b(quant) ? 256 : 128; }
+// fp8 formats keep each k tile's e4m3 sums in a second accumulator set (quant_promotes_k_tiles):
+// their wgmma tiles take at most this many weight rows. 128, or 256 on the persistent variant's
+// 128-row tiles, which keep those sums 128 weight rows at a time (setmaxnreg moves the registers).
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_promoted_max_b_rows(int block_m, bool persistent) {
+  return persistent && block_m == 128 ? 256 : 128;
+}
 // Threads per CTA: 128 per 64 rows (per 64-row tile of each ping-pong warpgroup), plus the producer
 // warpgroup(s) of the persistent variant.
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent, bool pingpong = false,

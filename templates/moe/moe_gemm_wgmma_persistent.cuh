@@ -76,6 +76,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producer's");
   static_assert(!PROMOTED || WIDE || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
+  static_assert(!PROMOTED || T::B_ROWS <= moe_wgmma_promoted_max_b_rows(BLOCK_M, true), "the host's limit");
   static_assert(!WIDE || (MOVE_REGS && BLOCK_M * 8 / 128 <= 8), "the producer's 56 registers hold 8 A rows");
   static_assert(moe_wgmma_b_by_tma(true, QUANT) != DEQUANT,
                 "the persistent variant reads 16-bit / fp8 weight tiles by bulk tensor copies");
@@ -399,7 +400,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         // block scales' addresses are found once per tile. GEMM1 loads k tile i + 1's scales while
         // tile i's wgmmas run (its FMULs had waited on them); GEMM2, of short k loops, loads each k
         // tile's before its wait (a fetch ahead measured slower there, 815 -> 858 us, DeepSeek-V3
-        // TP8 M = 8192, H100).
+        // TP8 M = 8192, H100). WIDE GEMM1s keep the fetch ahead although it spills 4 bytes of the
+        // unstaged 128 x 256-weight-row fp8_block tiles' consumers (224 registers): without it
+        // (no spill) DeepSeek-V3 TP8 / DeepSeek-V3 M = 8192 ran 1640-1681 / 7821 -> 1668-1723 /
+        // 7894-7908 us (H100, no DB, two rounds).
         constexpr bool AHEAD = BLOCK_SCALED && ROLE == kRoleGemm1;
         using Scales = BlockScales<T::G, BLOCK_N>;
         Scales scales;
