@@ -311,8 +311,9 @@ FamilyInfo moe_gemm_wgmma_family() {
                               "rows stacked (block_n {}{}, {})",
                               bn, gated ? " gated" : "", s.get_string("activation")));
     // Every fp8 format keeps each k tile's sums in a second accumulator set (quant_promotes_k_tiles;
-    // moe_gemm_wgmma_persistent.cuh, WIDE, for 256 rows).
-    if (quant_promotes_k_tiles(quant) && b_rows > moe_wgmma_promoted_max_b_rows(int(bm), persistent))
+    // moe_gemm_wgmma_persistent.cuh, WIDE, for 256 rows: whole chunks of 128).
+    if (quant_promotes_k_tiles(quant) && b_rows > 128 &&
+        (b_rows % 128 != 0 || b_rows > moe_wgmma_promoted_max_b_rows(int(bm), persistent)))
       throw Error(Phase::Validate,
                   fmt::format("moe_gemm_wgmma: {} takes at most 128 weight rows per tile, or 256 on the persistent "
                               "variant's 128-row tiles (block_n {}{}: {}, block_m {}, persistent {}): each k tile's "

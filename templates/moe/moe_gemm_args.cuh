@@ -210,7 +210,8 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_rows_held(int block_m, bool pingpong)
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_producer_threads(int quant) { return quant_dequantizes_b(quant) ? 256 : 128; }
 // fp8 formats keep each k tile's e4m3 sums in a second accumulator set (quant_promotes_k_tiles):
 // their wgmma tiles take at most this many weight rows. 128, or 256 on the persistent variant's
-// 128-row tiles, which keep those sums 128 weight rows at a time (setmaxnreg moves the registers).
+// 128-row tiles, which keep those sums 128 weight rows at a time (setmaxnreg moves the registers;
+// so past 128, whole chunks of 128 only).
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_promoted_max_b_rows(int block_m, bool persistent) {
   return persistent && block_m == 128 ? 256 : 128;
 }

@@ -412,6 +412,9 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
     MoeTileConfig short_rows = prefill;
     short_rows.block_m = 64;
     refused(f, short_rows, "sm_90a", "takes at most 128 weight rows per tile");
+    MoeTileConfig part_chunk = prefill;  // 192 weight rows: past 128, whole chunks of 128 only
+    part_chunk.gemm1.block_n = 96;
+    refused(f, part_chunk, "sm_90a", "takes at most 128 weight rows per tile");
   }
   MoeSpec fp8_block = q;
   fp8_block.quant = kQuantFp8Block;
