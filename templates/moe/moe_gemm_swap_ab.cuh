@@ -558,57 +558,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         for (int e = 0; e < 4; ++e) acc[f][e] += s_partial[w][wn][f * 4 + e][lane];
   }
 
-  // Epilogue: acc[f][h * 2 + j] is row g + 8h, token f * 8 + 2t + j.
-  float row_scale[2] = {1.f, 1.f};  // int8 / fp8 per-channel (or per-tensor) weight scales
-  if constexpr (quant_scales_in_epilogue(QUANT)) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      row_scale[h] = wrow[h] < 0 ? 0.f
-                                 : static_cast<const float*>(args.b_scale)[expert * args.b_scale_expert_stride +
-                                                                           (wrow[h] >> args.b_scale_row_shift) *
-                                                                               args.b_scale_row_stride];
-  }
-  const float* bias = moe_tile::tile_bias<ROLE>(args, expert);
-#pragma unroll
-  for (int f = 0; f < NF; ++f)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int rl = f * 8 + 2 * t + j;
-      const int slot = s_slot[rl];
-      if (slot < 0) continue;
-      const float w = moe_tile::router_weight(args, slot);
-      // fp8 per token / per tensor: the token's activation scale.
-      const float token_scale = (quant_scales_in_epilogue(QUANT) && FP8) ? args.a_scale[s_arow[rl] * args.a_scale_ld] : 1.f;
-      float v[2] = {acc[f][j] * (row_scale[0] * token_scale), acc[f][2 + j] * (row_scale[1] * token_scale)};
-      if constexpr (ROLE == kRoleGemm1) {
-        unsigned short* c_row = static_cast<unsigned short*>(args.c) + (row0 + rl) * args.ldc;
-        if (args.weight_on_input) v[0] *= w, v[1] *= w;
-        if (bias) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (wrow[h] >= 0) v[h] += bias[wrow[h]];
-        }
-        if constexpr (GATED) {
-          if (col[0] < args.n_out) c_row[col[0]] = sm80::from_float<DTYPE>(act::gated<ACT>(v[0], v[1], args.alpha, args.limit));
-        } else {
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            if (col[h] < args.n_out) c_row[col[h]] = sm80::from_float<DTYPE>(act::single<ACT>(v[h]));
-        }
-      } else {
-        float* c = static_cast<float*>(args.c);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (col[h] >= args.n_out) continue;
-          if (bias) v[h] += bias[col[h]];
-          if (args.weight_on_output) v[h] *= w;
-          if constexpr (ROLE == kRoleGemm2Rows) c[slot * args.ldc + col[h]] = v[h];
-          else if constexpr (ROLE == kRoleGemm2Rows16)
-            static_cast<unsigned short*>(args.c)[slot * args.ldc + col[h]] = sm80::from_float<DTYPE>(v[h]);
-          else atomicAdd(c + (slot / args.top_k) * args.ldc + col[h], v[h]);
-        }
-      }
-    }
+  swap_ab_detail::store_tile<ROLE, DTYPE, ACT, QUANT, NF>(args, acc, wrow, col, s_slot, s_arow, row0, expert, t);
 }
 
 }  // namespace moejit

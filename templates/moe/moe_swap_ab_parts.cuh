@@ -1,10 +1,13 @@
 // Pieces of the swap-AB decode kernel (moe_gemm_swap_ab.cuh): a lane's landed k block, the e4m3
-// conversion, the predicated activation load, and its wgmma variant's activation staging and
-// register-A warpgroup MMA (sm_90a).
+// conversion, the predicated activation load, its wgmma variant's activation staging and
+// register-A warpgroup MMA (sm_90a), and the tile's epilogue.
 #pragma once
 
 #include "common/mma_sm80.cuh"
 #include "common/wgmma_sm90.cuh"
+#include "moe/activations.cuh"
+#include "moe/moe_gemm_args.cuh"
+#include "moe/moe_tile_rows.cuh"
 
 namespace moejit {
 namespace swap_ab_detail {
@@ -49,19 +52,17 @@ __device__ inline uint4 e4m3x8_to_f16(unsigned lo, unsigned hi) {
 // that nothing moves it above pdl::wait(). With .nc loads issued right after the wait (the
 // activations one block ahead, below), 32-token MXFP4 tiles of the GPU test read NaN from the
 // poisoned workspace now and then; never with CUDA_LAUNCH_BLOCKING=1.
+#define MOEJIT_LDG16_IF(CACHE)                                                                         \
+  asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global" CACHE ".v4.u32 {%0, %1, %2, %3}, [%4];\n}\n" \
+               : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)                                                 \
+               : "l"(p), "r"(static_cast<int>(live))                                                        \
+               : "memory")
 template <bool INVARIANT>
 __device__ inline void ldg16_if(uint4& v, const void* p, bool live) {
-  if constexpr (INVARIANT)
-    asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
-                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                 : "l"(p), "r"(static_cast<int>(live))
-                 : "memory");
-  else
-    asm volatile("{\n.reg .pred q;\nsetp.ne.b32 q, %5, 0;\n@q ld.global.v4.u32 {%0, %1, %2, %3}, [%4];\n}\n"
-                 : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w)
-                 : "l"(p), "r"(static_cast<int>(live))
-                 : "memory");
+  if constexpr (INVARIANT) MOEJIT_LDG16_IF(".nc");
+  else MOEJIT_LDG16_IF("");
 }
+#undef MOEJIT_LDG16_IF
 
 
 // The wgmma variant (WGMMA = 1). The tile's tokens are the B operand, staged per k block in shared
@@ -122,6 +123,68 @@ __device__ inline void wgmma_block(float* acc, const unsigned (&a)[8][4], unsign
   (void)acc, (void)a, (void)stage;
   __trap();  // not instantiated without wgmma (the family refuses)
 #endif
+}
+
+// The tile's epilogue: acc[f][h * 2 + j] is weight row g + 8h (wrow[h], output column col[h]; < 0:
+// none), token f * 8 + 2t + j of the tile (s_slot / s_arow: its routed slot and A row, < 0:
+// padding). Weight and token scales, bias, router weight and activation, then the store (GEMM1:
+// DTYPE intermediate row; GEMM2: fp32 or DTYPE slot row, or an atomic add into the token's row).
+template <int ROLE, int DTYPE, int ACT, int QUANT, int NF>
+__device__ inline void store_tile(const MoeGemmArgs& args, const float (&acc)[NF][4], const int (&wrow)[2],
+                                  const int (&col)[2], const int* s_slot, const int* s_arow, int row0, int expert,
+                                  int t) {
+  constexpr bool GATED = activation_is_gated(ACT);
+  constexpr bool FP8 = quant_is_fp8(QUANT);
+  float row_scale[2] = {1.f, 1.f};  // int8 / fp8 per-channel (or per-tensor) weight scales
+  if constexpr (quant_scales_in_epilogue(QUANT)) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      row_scale[h] = wrow[h] < 0 ? 0.f
+                                 : static_cast<const float*>(args.b_scale)[expert * args.b_scale_expert_stride +
+                                                                           (wrow[h] >> args.b_scale_row_shift) *
+                                                                               args.b_scale_row_stride];
+  }
+  const float* bias = moe_tile::tile_bias<ROLE>(args, expert);
+#pragma unroll
+  for (int f = 0; f < NF; ++f)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int rl = f * 8 + 2 * t + j;
+      const int slot = s_slot[rl];
+      if (slot < 0) continue;
+      const float w = moe_tile::router_weight(args, slot);
+      // fp8 per token / per tensor: the token's activation scale.
+      const float token_scale = (quant_scales_in_epilogue(QUANT) && FP8) ? args.a_scale[s_arow[rl] * args.a_scale_ld] : 1.f;
+      float v[2] = {acc[f][j] * (row_scale[0] * token_scale), acc[f][2 + j] * (row_scale[1] * token_scale)};
+      if constexpr (ROLE == kRoleGemm1) {
+        unsigned short* c_row = static_cast<unsigned short*>(args.c) + (row0 + rl) * args.ldc;
+        if (args.weight_on_input) v[0] *= w, v[1] *= w;
+        if (bias) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (wrow[h] >= 0) v[h] += bias[wrow[h]];
+        }
+        if constexpr (GATED) {
+          if (col[0] < args.n_out) c_row[col[0]] = sm80::from_float<DTYPE>(act::gated<ACT>(v[0], v[1], args.alpha, args.limit));
+        } else {
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            if (col[h] < args.n_out) c_row[col[h]] = sm80::from_float<DTYPE>(act::single<ACT>(v[h]));
+        }
+      } else {
+        float* c = static_cast<float*>(args.c);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (col[h] >= args.n_out) continue;
+          if (bias) v[h] += bias[col[h]];
+          if (args.weight_on_output) v[h] *= w;
+          if constexpr (ROLE == kRoleGemm2Rows) c[slot * args.ldc + col[h]] = v[h];
+          else if constexpr (ROLE == kRoleGemm2Rows16)
+            static_cast<unsigned short*>(args.c)[slot * args.ldc + col[h]] = sm80::from_float<DTYPE>(v[h]);
+          else atomicAdd(c + (slot / args.top_k) * args.ldc + col[h], v[h]);
+        }
+      }
+    }
 }
 
 }  // namespace swap_ab_detail
