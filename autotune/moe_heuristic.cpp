@@ -99,16 +99,20 @@ std::string MoeTileConfig::describe() const {
   return fmt::format("bm{} gemm1[{}] gemm2[{}]{}", block_m, tile(gemm1), tile(gemm2), sum);
 }
 
-bool work_queue_by_default(const MoeSpec& spec, int block_m) { return spec.quant != kQuantNone && block_m >= 128; }
+bool work_queue_by_default(const MoeSpec& spec, int block_m, bool gemm2) {
+  if (block_m < 128) return false;
+  return spec.quant != kQuantNone || (gemm2 && spec.intermediate <= kMoeWorkQueueGemm2MaxInner);
+}
 
 bool can_claim_work_items(const GemmTile& tile) {
   return tile.persistent && tile.wgmma && !tile.multicast && !tile.pingpong && tile.split_k <= 1;
 }
 
-bool claims_work_items(const MoeSpec& spec, int block_m, const GemmTile& tile, bool clusters, int splits, int option) {
+bool claims_work_items(const MoeSpec& spec, int block_m, bool gemm2, const GemmTile& tile, bool clusters, int splits,
+                       int option) {
   if (!can_claim_work_items(tile) || clusters || splits != 1) return false;
   if (option >= 0) return option == 1;
-  return tile.work_queue >= 0 ? tile.work_queue == 1 : work_queue_by_default(spec, block_m);
+  return tile.work_queue >= 0 ? tile.work_queue == 1 : work_queue_by_default(spec, block_m, gemm2);
 }
 
 GemmTile swap_ab_tile(int warps_n, int warps_k, int stages, int split_k) {

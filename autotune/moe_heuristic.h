@@ -97,15 +97,23 @@ int decode_gemv_max_tokens(const MoeSpec& spec);
 // A/Bs, H200, M = 2048 .. 8192: MXFP4 gpt-oss-120b -3..-6%, fp8_block DeepSeek-V3 TP8 -2.5..-4.4%,
 // int4 Qwen3 -1..-2.4%); 64-row tiles were 0.6-0.8% slower with the queue, and 16-bit layers move
 // both ways (H100, M = 1024 / 2048: gpt-oss-120b and DeepSeek-V3 TP8 -1.2..-1.7%, Mixtral-8x7B
-// +13..+30%): their buckets take it from the tuned DB.
-bool work_queue_by_default(const MoeSpec& spec, int block_m);
+// +13..+30%): their buckets take it from the tuned DB, but for the GEMM2 of a short k loop
+// (intermediate <= kMoeWorkQueueGemm2MaxInner). There the fixed stride's CTAs drift apart over
+// their many short items, and an expert's row tiles stop sharing its weight tiles in L2: ncu (H100,
+// bf16 DeepSeek-V3 TP8, N = 256, M = 8192) had GEMM2 read 1.82 GB from DRAM for 0.94 GB of weights
+// (1.04 GB with the queue), 1041 -> 761 us; the forward 2337 / 2334 -> 2136 / 2148 us, M = 4096
+// 1562 / 1556 -> 1528 / 1530, while Qwen3-30B-A3B (N = 768) moved by < 1% and Mixtral-8x7B
+// (N = 14336) ran 3-6% slower (thirty-first session).
+inline constexpr int kMoeWorkQueueGemm2MaxInner = 512;
+bool work_queue_by_default(const MoeSpec& spec, int block_m, bool gemm2);
 // Whether a tile's kernel can claim its items (persistent wgmma, no multicast, no ping-pong, no
 // fixed k split): the tiles that take GemmTile::work_queue.
 bool can_claim_work_items(const GemmTile& tile);
 // Whether a GEMM of this tile claims its items from the work queue: the kernel can (the tile can,
 // no clusters and one k split at launch), then option (Options::work_queue: -1 unset, 0 / 1
 // forced), then the tile's work_queue, then the rule.
-bool claims_work_items(const MoeSpec& spec, int block_m, const GemmTile& tile, bool clusters, int splits, int option);
+bool claims_work_items(const MoeSpec& spec, int block_m, bool gemm2, const GemmTile& tile, bool clusters, int splits,
+                       int option);
 
 // Bounds of block_m over every config: the routing workspace is sized for them.
 constexpr int kMoeMinBlockM = 8;

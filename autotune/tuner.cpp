@@ -304,11 +304,12 @@ std::vector<TuneResult> MoeTuner::run() {
     // The work queue against the fixed stride (GemmTile::work_queue), per GEMM, the other way than the
     // layer's rule: a launch argument, so these time without compiling. H100, same run, 16-bit
     // layers: gpt-oss-120b / DeepSeek-V3 TP8 M = 1024 / 2048 -1.2..-1.7% with the queue,
-    // Mixtral-8x7B +13..+30%, DeepSeek-V3 TP8 M = 8192 +10%.
+    // Mixtral-8x7B +13..+30%, DeepSeek-V3 TP8 M = 8192 +10% (both GEMMs; GEMM2 alone -8.5%, thirty-first
+    // session: the rule for short GEMM2 k loops, work_queue_by_default).
     for (bool gemm1 : {true, false}) {
       if (!can_claim_work_items(gemm1 ? best.gemm1 : best.gemm2)) continue;
       MoeTileConfig c = best;
-      (gemm1 ? c.gemm1 : c.gemm2).work_queue = work_queue_by_default(spec_, best.block_m) ? 0 : 1;
+      (gemm1 ? c.gemm1 : c.gemm2).work_queue = work_queue_by_default(spec_, best.block_m, !gemm1) ? 0 : 1;
       try_all({c}, gemm1 ? "gemm1 work queue" : "gemm2 work queue");
     }
     // The wgmma kernels' grouped walk (rows per column sweep), per GEMM, where the batch gives the

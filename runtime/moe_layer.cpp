@@ -458,7 +458,8 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   // (claims_work_items: MOEJIT_WORK_QUEUE, the tile's work_queue, else the rule).
   static_assert(kRoutingWorkCounters == 2, "a work queue counter per GEMM");
   auto work_counter = [&](const GemmTile& t, bool persistent, bool clusters, int splits, int which) -> int* {
-    const bool claims = persistent && claims_work_items(spec_, bm, t, clusters, splits, runtime_.options().work_queue);
+    const bool claims =
+        persistent && claims_work_items(spec_, bm, which == 1, t, clusters, splits, runtime_.options().work_queue);
     return claims ? sort.totals + 3 + which : nullptr;
   };
   g.work_counter = work_counter(config.gemm1, k.gemm1_persistent, k.gemm1_clusters > 0, splits1, 0);

@@ -26,30 +26,37 @@ MoeTileConfig persistent(int block_m) {
 TEST_CASE("work queue: the option, then the tile's choice, then the rule; only where the kernel can claim") {
   const MoeSpec bf16 = layer(kQuantNone), fp8 = layer(kQuantFp8Block);
   const GemmTile t = persistent(128).gemm1;
-  // The rule: quantized layers' 128-row tiles claim, 16-bit layers and 64-row tiles walk the stride.
-  CHECK(claims_work_items(fp8, 128, t, false, 1, -1));
-  CHECK_FALSE(claims_work_items(fp8, 64, t, false, 1, -1));
-  CHECK_FALSE(claims_work_items(bf16, 128, t, false, 1, -1));
+  // The rule: quantized layers' 128-row tiles claim, 16-bit layers and 64-row tiles walk the stride ...
+  CHECK(claims_work_items(fp8, 128, false, t, false, 1, -1));
+  CHECK_FALSE(claims_work_items(fp8, 64, false, t, false, 1, -1));
+  CHECK_FALSE(claims_work_items(bf16, 128, false, t, false, 1, -1));
+  // ... and so do 16-bit GEMM2s of a short k loop (intermediate <= 512), on 128-row tiles only.
+  const MoeSpec narrow = small_layer(256, 8, 7168, 256, kActSiluMul, kDTypeBF16);
+  CHECK(claims_work_items(narrow, 128, true, t, false, 1, -1));
+  CHECK_FALSE(claims_work_items(narrow, 128, false, t, false, 1, -1));
+  CHECK_FALSE(claims_work_items(narrow, 64, true, t, false, 1, -1));
+  CHECK_FALSE(claims_work_items(bf16, 128, true, t, false, 1, -1));  // N = 768
+  CHECK(claims_work_items(fp8, 128, true, t, false, 1, -1));
   // The tile's choice overrides the rule both ways.
   GemmTile on = t, off = t;
   on.work_queue = 1;
   off.work_queue = 0;
-  CHECK(claims_work_items(bf16, 128, on, false, 1, -1));
-  CHECK(claims_work_items(bf16, 64, on, false, 1, -1));
-  CHECK_FALSE(claims_work_items(fp8, 128, off, false, 1, -1));
+  CHECK(claims_work_items(bf16, 128, false, on, false, 1, -1));
+  CHECK(claims_work_items(bf16, 64, false, on, false, 1, -1));
+  CHECK_FALSE(claims_work_items(fp8, 128, false, off, false, 1, -1));
   // MOEJIT_WORK_QUEUE (Options::work_queue) overrides the tile.
-  CHECK_FALSE(claims_work_items(bf16, 128, on, false, 1, 0));
-  CHECK(claims_work_items(fp8, 128, off, false, 1, 1));
+  CHECK_FALSE(claims_work_items(bf16, 128, false, on, false, 1, 0));
+  CHECK(claims_work_items(fp8, 128, false, off, false, 1, 1));
   // Never where the kernel cannot claim: clusters, ping-pong groups, k splits, other kernels.
-  CHECK_FALSE(claims_work_items(bf16, 128, on, true, 1, 1));
-  CHECK_FALSE(claims_work_items(bf16, 128, on, false, 2, 1));
+  CHECK_FALSE(claims_work_items(bf16, 128, false, on, true, 1, 1));
+  CHECK_FALSE(claims_work_items(bf16, 128, false, on, false, 2, 1));
   GemmTile pp = on;
   pp.pingpong = true;
-  CHECK_FALSE(claims_work_items(bf16, 64, pp, false, 1, 1));
+  CHECK_FALSE(claims_work_items(bf16, 64, false, pp, false, 1, 1));
   GemmTile plain = on;
   plain.persistent = false;
-  CHECK_FALSE(claims_work_items(fp8, 128, plain, false, 1, 1));
-  CHECK_FALSE(claims_work_items(fp8, 128, GemmTile{}, false, 1, 1));
+  CHECK_FALSE(claims_work_items(fp8, 128, false, plain, false, 1, 1));
+  CHECK_FALSE(claims_work_items(fp8, 128, false, GemmTile{}, false, 1, 1));
 }
 
 TEST_CASE("work queue: tuned DB round trip, description, refusals before anything compiles") {
