@@ -148,14 +148,26 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   // entry is rewritten kMoeWorkQueueDepth claims later, when the producer has issued the loads of
   // the items up to the one before, so the consumers have read it: they read item n + 1 before
   // item n's first wgmma.
+  // A CTA's first two items are those of the fixed stride (first, first + walkers); the counter
+  // hands out the items from 2 walkers on. Claimed from the start, each CTA took its first three
+  // items back to back while the grid launched, so that neighbours in the walk (an expert's row
+  // tiles of one weight tile) could start one after the other on one CTA instead of side by side.
+  // H100, shipped DB, two rounds: fp8_block DeepSeek-V3 TP8 / MXFP4 gpt-oss-120b / int4 Qwen3 M =
+  // 2048 765-766 / 1985-2014 / 712-720 -> 751-754 / 1946-1948 / 701 us, int4 M = 8192 2232-2247 ->
+  // 2202-2204, the rest within noise (thirty-first session).
   const bool claimed = !MULTICAST && !PINGPONG && args.work_counter != nullptr;
   static_assert(STAGES + 2 <= kMoeWorkQueueDepth, "the work queue outlasts the ring");
   const unsigned queue0 = sm80::smem_addr(s_queue_bars);
+  int taken = 0;  // thread 0: items taken so far (the first two by the stride)
+  auto take = [&]() {
+    const int n = taken++;
+    return n < 2 ? first + n * walkers : atomicAdd(args.work_counter, 1) + 2 * walkers;
+  };
   int claim = 0;  // thread 0: the claim for the entry after the next one to fill
   auto queue_claim = [&](int n) {  // thread 0: fills entry n with the claim made before, claims the next
     s_queue[n % kMoeWorkQueueDepth] = claim;
     sm90::mbar_arrive(queue0 + (n % kMoeWorkQueueDepth) * 8);  // release: the entry is visible with the phase
-    claim = atomicAdd(args.work_counter, 1);
+    claim = take();
   };
   auto queued_item = [&](int n) {
     sm90::mbar_wait(queue0 + (n % kMoeWorkQueueDepth) * 8, (n / kMoeWorkQueueDepth) & 1);
@@ -167,7 +179,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   auto first_item = [&]() {
     if (!claimed) return first;
     if (tid == 0) {
-      claim = atomicAdd(args.work_counter, 1);
+      claim = take();
       queue_claim(0);
     }
     return queued_item(produced++);
