@@ -149,7 +149,9 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   // the items up to the one before, so the consumers have read it: they read item n + 1 before
   // item n's first wgmma.
   // A CTA's first two items are those of the fixed stride (first, first + walkers); the counter
-  // hands out the items from 2 walkers on. Claimed from the start, each CTA took its first three
+  // hands out the items from 2 walkers on (moe_queue_item). A CTA ends at its first item past the
+  // end, dropping the take after it: that one lies past the end too (a later claim, or one past
+  // 2 walkers after a stride item past the end). Claimed from the start, each CTA took its first three
   // items back to back while the grid launched, so that neighbours in the walk (an expert's row
   // tiles of one weight tile) could start one after the other on one CTA instead of side by side.
   // H100, shipped DB, two rounds: fp8_block DeepSeek-V3 TP8 / MXFP4 gpt-oss-120b / int4 Qwen3 M =
@@ -161,7 +163,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   int taken = 0;  // thread 0: items taken so far (the first two by the stride)
   auto take = [&]() {
     const int n = taken++;
-    return n < 2 ? first + n * walkers : atomicAdd(args.work_counter, 1) + 2 * walkers;
+    if (n < kMoeQueueStrideItems) return moe_queue_item(n, first, walkers, 0);
+    return moe_queue_item(n, first, walkers, atomicAdd(args.work_counter, 1));
   };
   int claim = 0;  // thread 0: the claim for the entry after the next one to fill
   auto queue_claim = [&](int n) {  // thread 0: fills entry n with the claim made before, claims the next

@@ -38,4 +38,13 @@ MOEJIT_HOST_DEVICE constexpr MoeWalkItem moe_walk_item(int item, int col_tiles, 
   return {first_tile + item % group_size % rows_in_group, item % group_size / rows_in_group};
 }
 
+// The work queue (MoeGemmArgs::work_counter): the n-th item a CTA takes, `first` of `walkers`
+// CTAs. Its first kMoeQueueStrideItems are the fixed stride's (first, first + walkers); after
+// those, the counter's claims (0, 1, ... across the grid, `claim` this one) offset past every
+// CTA's stride items. Every item is then taken once (tests/cpu/test_work_queue.cpp).
+inline constexpr int kMoeQueueStrideItems = 2;
+MOEJIT_HOST_DEVICE constexpr int moe_queue_item(int n, int first, int walkers, int claim) {
+  return n < kMoeQueueStrideItems ? first + n * walkers : claim + kMoeQueueStrideItems * walkers;
+}
+
 }  // namespace moejit

@@ -3,9 +3,12 @@
 // description, and the tiles that refuse it. No GPU needed.
 #include <doctest/doctest.h>
 
+#include <vector>
+
 #include "autotune/tuned_db.h"
 #include "common/error.h"
 #include "runtime/moe_layer.h"
+#include "templates/moe/moe_tile_walk.cuh"
 #include "support/moe_cases.h"
 
 using namespace moejit;
@@ -89,4 +92,57 @@ TEST_CASE("work queue: tuned DB round trip, description, refusals before anythin
   shared["gemm2"]["work_queue"] = true;  // on a tile of another kernel: read, then refused when a layer takes it
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(bf16, tile_config_from_json(shared), "sm_80"),
                        doctest::Contains("chooses its walk"), Error);
+}
+
+TEST_CASE("work queue: each item is taken once, the first two of every CTA by the fixed stride") {
+  // A grid of `walkers` CTAs run as the kernel's producer does (moe_gemm_wgmma_persistent.cuh): two
+  // takes at the start, then per item the take after next, ending at the first item past the end
+  // (its look-ahead take is dropped). The CTAs step in a shuffled order, so the counter's claims
+  // reach them in any order.
+  for (int walkers : {1, 3, 132}) {
+    for (int items : {0, 1, walkers - 1, walkers, 2 * walkers - 1, 2 * walkers, 2 * walkers + 1, 7 * walkers + 5}) {
+      if (items < 0) continue;
+      int counter = 0;
+      struct Cta {
+        int taken = 0, pending = 0, n = 0;
+        std::vector<int> entries;
+        bool done = false;
+      };
+      std::vector<Cta> ctas(static_cast<std::size_t>(walkers));
+      auto take = [&](int cta) {
+        Cta& c = ctas[static_cast<std::size_t>(cta)];
+        const int n = c.taken++;
+        if (n < kMoeQueueStrideItems) {
+          CHECK(moe_queue_item(n, cta, walkers, 0) == cta + n * walkers);
+          return moe_queue_item(n, cta, walkers, 0);
+        }
+        return moe_queue_item(n, cta, walkers, counter++);
+      };
+      for (int cta = 0; cta < walkers; ++cta) {
+        Cta& c = ctas[static_cast<std::size_t>(cta)];
+        c.entries.push_back(take(cta));
+        c.pending = take(cta);
+      }
+      std::vector<int> times(static_cast<std::size_t>(items), 0);
+      int left = walkers;
+      unsigned rng = 12345u + static_cast<unsigned>(items * 31 + walkers);
+      while (left > 0) {
+        rng = rng * 1664525u + 1013904223u;
+        const int cta = static_cast<int>((rng >> 8) % static_cast<unsigned>(walkers));
+        Cta& c = ctas[static_cast<std::size_t>(cta)];
+        if (c.done) continue;
+        const int item = c.entries[static_cast<std::size_t>(c.n++)];
+        if (item >= items) {
+          c.done = true;
+          --left;
+          continue;
+        }
+        c.entries.push_back(c.pending);
+        c.pending = take(cta);
+        ++times[static_cast<std::size_t>(item)];
+      }
+      for (int i = 0; i < items; ++i)
+        CHECK_MESSAGE(times[static_cast<std::size_t>(i)] == 1, "item ", i, " of ", items, " on ", walkers, " CTAs");
+    }
+  }
 }
