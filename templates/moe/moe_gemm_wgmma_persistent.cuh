@@ -154,23 +154,22 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   // 2 walkers after a stride item past the end). Claimed from the start, each CTA took its first three
   // items back to back while the grid launched, so that neighbours in the walk (an expert's row
   // tiles of one weight tile) could start one after the other on one CTA instead of side by side.
-  // H100, shipped DB, two rounds: fp8_block DeepSeek-V3 TP8 / MXFP4 gpt-oss-120b / int4 Qwen3 M =
-  // 2048 765-766 / 1985-2014 / 712-720 -> 751-754 / 1946-1948 / 701 us, int4 M = 8192 2232-2247 ->
-  // 2202-2204, the rest within noise (thirty-first session).
+  // H100, shipped DB, same-run rounds in two calls: fp8_block DeepSeek-V3 TP8 M = 2048 / 8192
+  // 764-766 / 1646-1688 -> 751-754 / 1629-1702 us; MXFP4 gpt-oss-120b and int4 Qwen3 within +-1%
+  // in the second call (-2..-2.5% at M = 2048 in the first) (thirty-first session).
   const bool claimed = !MULTICAST && !PINGPONG && args.work_counter != nullptr;
   static_assert(STAGES + 2 <= kMoeWorkQueueDepth, "the work queue outlasts the ring");
   const unsigned queue0 = sm80::smem_addr(s_queue_bars);
-  int taken = 0;  // thread 0: items taken so far (the first two by the stride)
-  auto take = [&]() {
-    const int n = taken++;
-    if (n < kMoeQueueStrideItems) return moe_queue_item(n, first, walkers, 0);
-    return moe_queue_item(n, first, walkers, atomicAdd(args.work_counter, 1));
-  };
+  // Thread 0 fills entry n with the claim made before and makes the next: entry 0 by hand (item 0
+  // of the stride, then item 1 of it as the claim made), every later fill a counter claim
+  // (moe_queue_item). (A take counter of thread 0's own, or the stride test in each fill, spilled
+  // the weight-only formats' 128-row tiles, whose 512 threads keep 128 registers each.)
+  static_assert(kMoeQueueStrideItems == 2, "entry 0 and the claim made with it are the stride's");
   int claim = 0;  // thread 0: the claim for the entry after the next one to fill
-  auto queue_claim = [&](int n) {  // thread 0: fills entry n with the claim made before, claims the next
+  auto queue_claim = [&](int n) {
     s_queue[n % kMoeWorkQueueDepth] = claim;
     sm90::mbar_arrive(queue0 + (n % kMoeWorkQueueDepth) * 8);  // release: the entry is visible with the phase
-    claim = take();
+    claim = moe_queue_item(kMoeQueueStrideItems, first, walkers, atomicAdd(args.work_counter, 1));
   };
   auto queued_item = [&](int n) {
     sm90::mbar_wait(queue0 + (n % kMoeWorkQueueDepth) * 8, (n / kMoeWorkQueueDepth) & 1);
@@ -182,8 +181,9 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   auto first_item = [&]() {
     if (!claimed) return first;
     if (tid == 0) {
-      claim = take();
-      queue_claim(0);
+      s_queue[0] = moe_queue_item(0, first, walkers, 0);
+      sm90::mbar_arrive(queue0);
+      claim = moe_queue_item(1, first, walkers, 0);
     }
     return queued_item(produced++);
   };
