@@ -160,15 +160,18 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   const bool claimed = !MULTICAST && !PINGPONG && args.work_counter != nullptr;
   static_assert(STAGES + 2 <= kMoeWorkQueueDepth, "the work queue outlasts the ring");
   const unsigned queue0 = sm80::smem_addr(s_queue_bars);
-  // Thread 0 fills entry n with the claim made before and makes the next: entry 0 by hand (item 0
-  // of the stride, then item 1 of it as the claim made), every later fill a counter claim
+  // Thread 0 fills entry n with the claim made before, then makes the next: entry 0 with the
+  // stride's item 0 and item 1 as the claim made, every later one with a counter claim after it
   // (moe_queue_item). (A take counter of thread 0's own, or the stride test in each fill, spilled
   // the weight-only formats' 128-row tiles, whose 512 threads keep 128 registers each.)
   static_assert(kMoeQueueStrideItems == 2, "entry 0 and the claim made with it are the stride's");
   int claim = 0;  // thread 0: the claim for the entry after the next one to fill
-  auto queue_claim = [&](int n) {
+  auto queue_fill = [&](int n) {
     s_queue[n % kMoeWorkQueueDepth] = claim;
     sm90::mbar_arrive(queue0 + (n % kMoeWorkQueueDepth) * 8);  // release: the entry is visible with the phase
+  };
+  auto queue_claim = [&](int n) {
+    queue_fill(n);
     claim = moe_queue_item(kMoeQueueStrideItems, first, walkers, atomicAdd(args.work_counter, 1));
   };
   auto queued_item = [&](int n) {
@@ -181,8 +184,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   auto first_item = [&]() {
     if (!claimed) return first;
     if (tid == 0) {
-      s_queue[0] = moe_queue_item(0, first, walkers, 0);
-      sm90::mbar_arrive(queue0);
+      claim = moe_queue_item(0, first, walkers, 0);
+      queue_fill(0);
       claim = moe_queue_item(1, first, walkers, 0);
     }
     return queued_item(produced++);
