@@ -341,12 +341,23 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   const int splits2 = split(config.gemm2, gx2, k_tiles2, wave2, atomic && !rows16);
   // The fused layer's kernels after the routing start under the previous kernel's tail on sm_90+
   // (programmatic dependent launch; each waits on the device before touching its inputs) when both
-  // GEMMs run in one wave: DeepSeek-V3 TP8 at M = 1 took 42.8 -> 40.8 us on an H200, but Mixtral
-  // at M = 16 / 128 (GEMM1 of ~2000 CTAs) 727 -> 810 / 1046 -> 1152 us. Not in the unfused mode:
-  // its hooks put the caller's work between the stages.
+  // GEMMs run in one wave, or both on the mma.sync swap-AB decode kernel. DeepSeek-V3 TP8 at M = 1
+  // took 42.8 -> 40.8 us on an H200, but Mixtral at M = 16 / 128 (GEMM1 of ~2000 wgmma CTAs) 727 ->
+  // 810 / 1046 -> 1152, and on an H100 the persistent prefill GEMMs (a wave of CTAs, some of which
+  // would start late beside the previous kernel's) Mixtral M = 1024 1599-1608 -> 2211-2214 us,
+  // DeepSeek-V3 TP8 M = 8192 2135-2139 -> 2862-2866. Swap-AB GEMMs of several waves (decode: a CTA
+  // per 32-128 output columns and routed expert) gain (thirty-second session, H100, same run, two
+  // rounds): fp8_block DeepSeek-V3 TP8 M = 3 / 4 / 16 / 32 69.9-70.0 / 83.5-83.6 / 219.0-219.8 /
+  // 344.8-345.4 -> 66.1 / 80.9-81.0 / 215.7-215.9 / 341.1-341.4 us, MXFP4 gpt-oss-120b (prepacked)
+  // 81.5 / 100.0-100.5 / 270.4-270.9 / 428.1 -> 77.6 / 95.9-96.0 / 266.0-266.7 / 424.7-425.1, int4
+  // Qwen3-30B-A3B M = 4 / 16 56.0-56.1 / 113.1 -> 51.0-51.3 / 108.1-108.9; within 0.5% from M = 48
+  // up. Not the wgmma variant (MXFP4 M = 512: 1134-1138 -> 1151 us). Not in the unfused mode: its
+  // hooks put the caller's work between the stages.
+  const bool one_wave = static_cast<long long>(gx1) * max_tiles * splits1 <= wave1 &&
+                        static_cast<long long>(gx2) * max_tiles * splits2 <= wave2;
+  auto decode_tile = [](const GemmTile& t) { return t.swap_ab && !t.swap_ab_wgmma; };
   const bool overlap = spec_.fused && arch_has_dependent_launch(runtime_.device_arch()) &&
-                       static_cast<long long>(gx1) * max_tiles * splits1 <= wave1 &&
-                       static_cast<long long>(gx2) * max_tiles * splits2 <= wave2;
+                       (one_wave || (decode_tile(config.gemm1) && decode_tile(config.gemm2)));
 
   // Routing: metadata for this call's block_m.
   const CUdeviceptr expert_map = args.expert_map.given() ? args.expert_map.data : 0;
