@@ -355,9 +355,9 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   // hooks put the caller's work between the stages.
   const bool one_wave = static_cast<long long>(gx1) * max_tiles * splits1 <= wave1 &&
                         static_cast<long long>(gx2) * max_tiles * splits2 <= wave2;
-  auto decode_tile = [](const GemmTile& t) { return t.swap_ab && !t.swap_ab_wgmma; };
+  auto mma_sync_swap_ab = [](const GemmTile& t) { return t.swap_ab && !t.swap_ab_wgmma; };
   const bool overlap = spec_.fused && arch_has_dependent_launch(runtime_.device_arch()) &&
-                       (one_wave || (decode_tile(config.gemm1) && decode_tile(config.gemm2)));
+                       (one_wave || (mma_sync_swap_ab(config.gemm1) && mma_sync_swap_ab(config.gemm2)));
 
   // Routing: metadata for this call's block_m.
   const CUdeviceptr expert_map = args.expert_map.given() ? args.expert_map.data : 0;

@@ -101,7 +101,6 @@ TEST_CASE("work queue: each item is taken once, the first two of every CTA by th
   // reach them in any order.
   for (int walkers : {1, 3, 132}) {
     for (int items : {0, 1, walkers - 1, walkers, 2 * walkers - 1, 2 * walkers, 2 * walkers + 1, 7 * walkers + 5}) {
-      if (items < 0) continue;
       int counter = 0;
       struct Cta {
         int taken = 0, pending = 0, n = 0;
