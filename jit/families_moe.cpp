@@ -290,6 +290,13 @@ FamilyInfo moe_gemm_wgmma_family() {
                               s.get_string("quant"), persistent ? 1 : 0, s.get_int("multicast"), s.get_int("pingpong")));
     if (bm != 64 && bm != 128)
       throw Error(Phase::Validate, fmt::format("moe_gemm_wgmma: block_m = {} must be 64 or 128", bm));
+    // The persistent variant's work queue hands items out kMoeWorkQueueDepth claims ahead of their
+    // reuse, which must outlast the producer's run ahead (the ring) by two items.
+    if (persistent && stages + 2 > kMoeWorkQueueDepth)
+      throw Error(Phase::Validate,
+                  fmt::format("moe_gemm_wgmma: the persistent variant keeps at most {} stages (stages = {}): its work "
+                              "queue of {} entries must outlast the ring by two items",
+                              kMoeWorkQueueDepth - 2, stages, int(kMoeWorkQueueDepth)));
     const bool gated = activation_is_gated(act);
     const std::int64_t b_rows = (gated ? 2 : 1) * bn;
     // Two producer warpgroups + two consumer ones: 512 threads leave ptxas 128 registers per

@@ -185,9 +185,20 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   odd = heuristic_tile_config(q, 8192);
   odd.gemm2.persistent = true;
   refused(q, odd, "sm_90a", "only wgmma tiles have a persistent variant");
-  odd = prefill;
+  odd = plain_prefill;
   odd.gemm2.stages = 8;  // 8 x 48 KiB
   refused(q, odd, "sm_90a", "shared memory");
+  // The persistent variant's work queue outlasts its ring by two items: 6 stages at most (7 and 8
+  // failed in NVRTC, on a static assertion, with a DB that asked for them).
+  odd = prefill;
+  odd.gemm2.staged = false;
+  odd.gemm2.block_n = 64;
+  odd.gemm2.stages = 6;
+  CHECK_NOTHROW(moe_expert_kernel_specs(q, odd, "sm_90a", false));
+  for (int stages : {7, 8}) {
+    odd.gemm2.stages = stages;
+    refused(q, odd, "sm_90a", "keeps at most 6 stages");
+  }
 }
 
 TEST_CASE("autotune: staged persistent epilogues: candidates, shared memory, round trip, the rows-only rule, refusals") {
