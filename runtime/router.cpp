@@ -105,7 +105,7 @@ bool Router::zeroes_for(int num_tokens, std::size_t zero_bytes) const {
 
 void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CUdeviceptr correction_bias,
                    CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m,
-                   CUdeviceptr zero, std::size_t zero_bytes) {
+                   CUdeviceptr zero, std::size_t zero_bytes, bool beside_previous) {
   const std::size_t elem = config_.logit_type == LogitType::F32 ? 4 : 2;
   MOEJIT_REQUIRE(num_tokens >= 0 && num_tokens <= max_tokens, "routing: num_tokens = {} must be in [0, {}]",
                  num_tokens, max_tokens);
@@ -137,15 +137,17 @@ void Router::route(CUstream stream, CUdeviceptr logits, long long row_stride, CU
     f.sort.num_ctas = 1;
     f.zero = reinterpret_cast<void*>(zero);
     f.zero_vec4 = static_cast<long long>(zero_bytes / 16);
-    fused_module_->kernel("route").launch(stream, {1, 1, 1, kThreads, 1, 1, routing_fused_smem_bytes(padded, local_experts)},
-                                          f);
+    fused_module_->kernel("route").launch(
+        stream, {1, 1, 1, kThreads, 1, 1, routing_fused_smem_bytes(padded, local_experts), beside_previous}, f);
     return;
   }
   // top-k + count per CTA of kRouterFusedTokens tokens (the sorter's tokens_per_cta), then the
   // sorter's scan and scatter.
   if (f.sort.num_ctas > 0)
     fused_module_->kernel("topk_rank").launch(
-        stream, {unsigned(f.sort.num_ctas), 1, 1, kThreads, 1, 1, routing_rank_smem_bytes(padded, local_experts)}, f);
+        stream,
+        {unsigned(f.sort.num_ctas), 1, 1, kThreads, 1, 1, routing_rank_smem_bytes(padded, local_experts), beside_previous},
+        f);
   sorter_.finish(stream, f.sort);
 }
 

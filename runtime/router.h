@@ -69,9 +69,14 @@ class Router {
   // kRouterFusedTokens tokens (and at most kRouterFusedMaxLocalExperts local experts) take one
   // launch; more take three.
   // zero / zero_bytes: a region the launch zeroes too (allowed where zeroes_for() says so).
+  // beside_previous (sm_90+): the first routing kernel starts under the previous kernel on the
+  // stream (programmatic dependent launch) and waits for it only before it exits, so the caller
+  // promises that the previous kernel touches nothing the routing reads or writes and that
+  // everything before that kernel is done once it runs (it was launched without overlap). The MoE
+  // layer quantizes x (fp8) this way beside the routing.
   void route(CUstream stream, CUdeviceptr logits, long long row_stride, CUdeviceptr correction_bias,
              CUdeviceptr expert_map, int num_tokens, int max_tokens, const RoutingResult& out, int block_m = 0,
-             CUdeviceptr zero = 0, std::size_t zero_bytes = 0);
+             CUdeviceptr zero = 0, std::size_t zero_bytes = 0, bool beside_previous = false);
   // Whether route() of num_tokens tokens can zero zero_bytes bytes on the way: one launch (the route
   // kernel), at most kRouterZeroMaxBytes, whole 16-byte words.
   bool zeroes_for(int num_tokens, std::size_t zero_bytes) const;

@@ -156,6 +156,7 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_fused_
     static_assert(PADDED >= 32, "keys[] holds the few-keys path's 32 keys");
     routing_fused_detail::route_few_keys<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP,
                                          TOPK_GROUP, LOGIT_DTYPE>(args, keys, key_flags, leaders);
+    pdl::wait();  // see the end of the kernel
     return;
   }
   routing_fused_detail::select_and_rank<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP,
@@ -175,6 +176,10 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_fused_
     s.scatter_index[i] = row;
   }
   if (threadIdx.x == 0) *s.error_flags = flags;
+  // Launched beside the previous kernel (Router::route's beside_previous: the MoE layer's fp8 x
+  // quantization), this kernel ends only after it, so that the kernels waiting for this one (GEMM1)
+  // find that one's results too. Launched after it, this returns at once.
+  pdl::wait();
 }
 
 template <int TOPK, int NUM_EXPERTS, int EXPERTS_PER_LANE, int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP,
@@ -192,6 +197,7 @@ __global__ void __launch_bounds__(routing_fused_detail::kThreads) routing_topk_r
                                         LOGIT_DTYPE, TOKENS, PADDED>(args, blockIdx.x, keys, rank, table, expert_total,
                                                                      &flags);
   routing_sort_detail::publish_cta<TOPK, TOKENS, kThreads>(args.sort, blockIdx.x, keys, rank, expert_total, flags);
+  pdl::wait();  // as routing_fused_kernel's end: the scan after this kernel then follows the one before it too
 }
 
 }  // namespace moejit
