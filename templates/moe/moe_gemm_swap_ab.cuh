@@ -78,11 +78,13 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
                 "wgmma variant: whole warpgroups along the columns, one along k, 16-bit activations");
   static_assert(STAGES >= 1 && STAGES <= 16, "1..16 k blocks in flight");
 
-  // GEMM2 without the activation ring reads nothing of GEMM1's before its first block's math: under
+  // GEMM2 reads nothing of the kernel before it until its first block's activations: under
   // programmatic dependent launch it stages its tile and starts its first weight copies while
-  // GEMM1 finishes (the routing's tile map was complete before GEMM1 let it launch: GEMM1 waits
-  // for the routing first) and waits for the intermediate just before that math (below).
-  constexpr bool WAIT_FIRST = ROLE == kRoleGemm1 || moe_swap_ab_activation_ring(QUANT);
+  // that kernel finishes (the routing's tile map was complete before GEMM1 let it launch: GEMM1
+  // waits for the routing first), and waits just before the activations: those of the activation
+  // ring (fp8: the intermediate quantization's e4m3 rows) right after the first weight copies,
+  // the others before the first block's math (below).
+  constexpr bool WAIT_FIRST = ROLE == kRoleGemm1;
   if constexpr (WAIT_FIRST) pdl::wait();
   pdl::launch_dependents();
   const int tile = blockIdx.y;
@@ -211,23 +213,27 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // Starts block b_base + i * WARPS_K (i is a compile-time step when unrolled) into ring stage s:
   // the weights (and with ACT_RING the activations) by cp.async, zero-filled past k_left (0 * a
   // non-finite weight would poison the sum), the scales into registers. Activations are cached in L1
-  // (.ca): the WARPS_N warps of a k slice copy the same ones.
-  auto issue_block = [&](int i, int s) {
+  // (.ca): the WARPS_N warps of a k slice copy the same ones. `part`: kIssueWeights (the weights and
+  // their scales, no commit: the group of the next call that commits takes them), kIssueActs (the
+  // activations, then the commit) or both.
+  constexpr int kIssueWeights = 1, kIssueActs = 2, kIssueBoth = 3;
+  auto issue_block = [&](int i, int s, int part) {
     LaneScales v;
     const int kb = i * WARPS_K * KB;  // k of the block relative to the turn's
     const bool in_block = b_base + i * WARPS_K < b_end;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       if (in_block) {
+        if (part & kIssueWeights)
 #pragma unroll
-        for (int l = 0; l < LOADS; ++l)
-          sm80::cp_async_16(sm80::smem_addr(&ring_slot(s, h, l)),
-                            w_ptr[h] + static_cast<long long>(i) * WARPS_K * ROW_BYTES + l * RUN_STRIDE * BITS / 8,
-                            kb + l * RUN_STRIDE < k_left);
+          for (int l = 0; l < LOADS; ++l)
+            sm80::cp_async_16(sm80::smem_addr(&ring_slot(s, h, l)),
+                              w_ptr[h] + static_cast<long long>(i) * WARPS_K * ROW_BYTES + l * RUN_STRIDE * BITS / 8,
+                              kb + l * RUN_STRIDE < k_left);
         // The activations right after the first row's weights, before any scale load: issued after
         // the scales instead, fp8_block ran 0.2-0.8% slower (H200, same run).
         if constexpr (ACT_RING) {
-          if (h == 0)
+          if (h == 0 && (part & kIssueActs))
 #pragma unroll
             for (int f = 0; f < NF; ++f)
 #pragma unroll
@@ -240,7 +246,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
       v.zero[h] = 8u;
       if constexpr (SCALED_GROUPS) {
         // fp8 blocks: every lane needs its row's block scale (the mma sums all four lanes' k).
-        if (in_block && (BLOCK_SCALED || kb < k_left)) {
+        if ((part & kIssueWeights) && in_block && (BLOCK_SCALED || kb < k_left)) {
           if constexpr (QUANT == kQuantInt4Group)
             v.scale[h] = __ldg(reinterpret_cast<const unsigned short*>(scale_ptr[h]) + i * scale_step);
           else if constexpr (BLOCK_SCALED)
@@ -251,7 +257,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         }
       }
     }
-    sm80::cp_async_commit();  // one group per block, empty past b_end: the waits count blocks
+    if (part & kIssueActs) sm80::cp_async_commit();  // one group per block, empty past b_end: the waits count blocks
     return v;
   };
 
@@ -469,10 +475,22 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     // rows are staged (the slots' copy landing, a division and a barrier), so a CTA's first weights
     // are on their way while it reads its rows.
     if constexpr (ACT_RING) stage_tile_rows();
+    // GEMM2 with the activation ring: the first blocks' weights go out before the wait, their
+    // activations after it, one group a block as ever (the first group also takes every early
+    // weight copy, so a landed group still means a landed block). H100, same run, two rounds
+    // (thirty-third session): fp8_block DeepSeek-V3 TP8 M = 4 / 16 79.4-79.5 / 215.8-215.9 ->
+    // 78.4-78.6 / 215.0-215.1 us, M = 128 547.7-547.8 -> 549.6-549.9; fp8_channel Qwen3-30B-A3B
+    // (heuristic tiles) M = 4 / 16 66.2-66.4 / 150.9-151.3 -> 64.1-64.3 / 147.7-147.9.
+    constexpr bool WEIGHTS_FIRST = ACT_RING && !WAIT_FIRST;
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) scales_in_flight[s] = issue_block(s, s);
+    for (int s = 0; s < STAGES; ++s) scales_in_flight[s] = issue_block(s, s, WEIGHTS_FIRST ? kIssueWeights : kIssueBoth);
+    if constexpr (WEIGHTS_FIRST) {
+      pdl::wait();  // the activations (and their scales) of the kernel before
+#pragma unroll
+      for (int s = 0; s < STAGES; ++s) issue_block(s, s, kIssueActs);
+    }
     if constexpr (!ACT_RING) stage_tile_rows();
-    if constexpr (!WAIT_FIRST) pdl::wait();  // GEMM1's intermediate (A), read from the first block on
+    if constexpr (!WAIT_FIRST && !ACT_RING) pdl::wait();  // GEMM1's intermediate (A), read from the first block on
     if constexpr (WG) {
       stage_items();
       load_items(0);
@@ -502,7 +520,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 #pragma unroll
             for (int l = 0; l < X_LOADS; ++l) cur.x[f][l] = ring_act(s, f, l);
         cur.scales = scales_in_flight[s];
-        scales_in_flight[s] = issue_block(s + STAGES, s);
+        scales_in_flight[s] = issue_block(s + STAGES, s, kIssueBoth);
         if constexpr (WG) {
           // Block b + 1's activations load under block b's math and land in the other stage after it.
           if (b_base + s < b_end) {
