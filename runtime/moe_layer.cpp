@@ -386,9 +386,9 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   // read and write nothing of each other's, and the routing's kernels end only after X's. X's launch
   // then follows everything before it (no overlap): the routing starts as soon as X's kernel does,
   // and must find the previous forward done (its route zeroes the fp32 accumulator that forward's
-  // cast reads). H100, fp8_block DeepSeek-V3 TP8, same run, two rounds: M = 3 / 4 / 16 / 128 / 1024
-  // 66.1-66.3 / 81.2-81.4 / 216.8-217.2 / 548.0-548.2 / 680.2-680.8 -> 64.6-64.7 / 79.5-79.6 /
-  // 214.7-214.9 / 546.1-546.3 / 672.5-673.9 us (thirty-third session).
+  // cast reads). H100, same run, two rounds (thirty-third session): fp8_block DeepSeek-V3 TP8 M = 3
+  // / 4 / 16 / 128 65.9-66.1 / 81.0-81.1 / 217.8 / 549.1 -> 64.4-64.5 / 79.4-79.5 / 215.8-215.9 /
+  // 547.7-547.8 us, fp8_channel Qwen3-30B-A3B M = 1 / 4 31.0-31.2 / 69.9-70.4 -> 28.5 / 66.2-66.4.
   const bool x_beside = fp8 && spec_.fused && args.router_logits.given() && arch_has_dependent_launch(runtime_.device_arch());
   if (fp8)
     quantize(args.hidden.data, args.hidden.strides[0], w.hidden_q, w.hidden_scale, spec_.hidden, m, nullptr, nullptr,
