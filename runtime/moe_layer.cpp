@@ -356,8 +356,9 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   const bool one_wave = static_cast<long long>(gx1) * max_tiles * splits1 <= wave1 &&
                         static_cast<long long>(gx2) * max_tiles * splits2 <= wave2;
   auto mma_sync_swap_ab = [](const GemmTile& t) { return t.swap_ab && !t.swap_ab_wgmma; };
-  const bool overlap = spec_.fused && arch_has_dependent_launch(runtime_.device_arch()) &&
-                       (one_wave || (mma_sync_swap_ab(config.gemm1) && mma_sync_swap_ab(config.gemm2)));
+  const bool dependent_launch = spec_.fused && arch_has_dependent_launch(runtime_.device_arch());
+  const bool overlap =
+      dependent_launch && (one_wave || (mma_sync_swap_ab(config.gemm1) && mma_sync_swap_ab(config.gemm2)));
 
   // w8a8: rows of DTYPE -> e4m3 + scales (per 128 columns, per row, or the static scale).
   const bool fp8 = quant_is_fp8(spec_.quant);
@@ -389,7 +390,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   // cast reads). H100, same run, two rounds (thirty-third session): fp8_block DeepSeek-V3 TP8 M = 3
   // / 4 / 16 / 128 65.9-66.1 / 81.0-81.1 / 217.8 / 549.1 -> 64.4-64.5 / 79.4-79.5 / 215.8-215.9 /
   // 547.7-547.8 us, fp8_channel Qwen3-30B-A3B M = 1 / 4 31.0-31.2 / 69.9-70.4 -> 28.5 / 66.2-66.4.
-  const bool x_beside = fp8 && spec_.fused && args.router_logits.given() && arch_has_dependent_launch(runtime_.device_arch());
+  const bool x_beside = fp8 && dependent_launch && args.router_logits.given();
   if (fp8)
     quantize(args.hidden.data, args.hidden.strides[0], w.hidden_q, w.hidden_scale, spec_.hidden, m, nullptr, nullptr,
              args.a1_scale, overlap && !x_beside);

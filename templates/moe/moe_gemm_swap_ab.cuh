@@ -490,7 +490,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
       for (int s = 0; s < STAGES; ++s) issue_block(s, s, kIssueActs);
     }
     if constexpr (!ACT_RING) stage_tile_rows();
-    if constexpr (!WAIT_FIRST && !ACT_RING) pdl::wait();  // GEMM1's intermediate (A), read from the first block on
+    if constexpr (!WAIT_FIRST && !WEIGHTS_FIRST) pdl::wait();  // GEMM1's intermediate (A), read from the first block on
     if constexpr (WG) {
       stage_items();
       load_items(0);
