@@ -334,7 +334,9 @@ void fp8_quantize_dequantize_row(const MoeSpec& s, float* row, std::int64_t cols
       for (std::int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(row[c]));
       scale = std::max(amax, 1e-10f) / kFp8E4m3Max;
     }
-    for (std::int64_t c = c0; c < c1; ++c) row[c] = e4m3_to_float(float_to_e4m3(row[c] / scale)) * scale;
+    // The kernels' rule (moe_act_quant.cuh): times the reciprocal, rounded once, not a division.
+    const float inv = 1.f / scale;
+    for (std::int64_t c = c0; c < c1; ++c) row[c] = e4m3_to_float(float_to_e4m3(row[c] * inv)) * scale;
   }
 }
 

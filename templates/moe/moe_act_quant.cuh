@@ -3,7 +3,10 @@
 // lane 8 consecutive columns (one 16-byte load), two groups per half-warp and step with all loads
 // issued first; the values stay in registers between the amax and the conversion. kActQuantRow: a
 // warp per row, the second pass re-reading the row (L1). kActQuantStatic: the given tensor scale.
-// scale = max(amax, 1e-10) / 448 and q = e4m3(x / scale), saturating (the CPU reference's rule).
+// scale = max(amax, 1e-10) / 448 and q = e4m3(x * (1 / scale)), saturating, the reciprocal rounded
+// once (the CPU reference's rule, fp8_quantize_dequantize_row). It was x / scale: an IEEE division
+// per element, which made the decode GEMV's per-CTA quantization of x compute-bound (every CTA of
+// the grid quantizes all of it; fp8_block DeepSeek-V3 TP8 M = 2 spent 7 us there, H100 stamps).
 // Rows are 16-byte aligned and cols a multiple of 16 (MoeSpec: fp8 layers' K and N), so every
 // lane's 8 columns are whole.
 // Measured (ncu, H100, DeepSeek-V3 TP8 fp8_block M = 8192): the former warp-per-group form (8-byte
@@ -57,19 +60,22 @@ __device__ inline float group_scale(float amax) {
   return fmaxf(amax, 1e-10f) / kFp8E4m3Max;
 }
 
-// e4m3(v / scale) of four values, element j in byte j (saturating).
-__device__ inline unsigned pack4(const float (&v)[4], float scale) {
-  const unsigned lo = sm80::pack2_e4m3(v[0] / scale, v[1] / scale);
-  const unsigned hi = sm80::pack2_e4m3(v[2] / scale, v[3] / scale);
+// 1 / scale, rounded once (IEEE): the factor pack4 / store8 take.
+__device__ inline float inverse(float scale) { return __frcp_rn(scale); }
+
+// e4m3(v * inv) of four values (inv = inverse(scale)), element j in byte j (saturating).
+__device__ inline unsigned pack4(const float (&v)[4], float inv) {
+  const unsigned lo = sm80::pack2_e4m3(v[0] * inv, v[1] * inv);
+  const unsigned hi = sm80::pack2_e4m3(v[2] * inv, v[3] * inv);
   return lo | (hi << 16);
 }
 
-// e4m3(v / scale) of eight values, element j in byte j (saturating), stored as 8 bytes.
-__device__ inline void store8(unsigned char* q, const float (&v)[8], float scale) {
+// e4m3(v * inv) of eight values, element j in byte j (saturating), stored as 8 bytes.
+__device__ inline void store8(unsigned char* q, const float (&v)[8], float inv) {
   unsigned w[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    w[i] = pack4({v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]}, scale);
+    w[i] = pack4({v[4 * i], v[4 * i + 1], v[4 * i + 2], v[4 * i + 3]}, inv);
   }
   *reinterpret_cast<uint2*>(q) = make_uint2(w[0], w[1]);
 }
@@ -113,7 +119,7 @@ __global__ void __launch_bounds__(THREADS) moe_act_quant_kernel(const MoeActQuan
         const float scale = act_quant::group_scale<16>(act_quant::amax8(v[j]));
         if (!live[j]) continue;
         if (hl == 0) args.scale[row[j] * args.ld_scale + col[j] / kQuantFp8BlockSize] = scale;
-        act_quant::store8(args.out + row[j] * args.ld_out + col[j], v[j], scale);
+        act_quant::store8(args.out + row[j] * args.ld_out + col[j], v[j], act_quant::inverse(scale));
       }
     }
   } else {
@@ -133,10 +139,11 @@ __global__ void __launch_bounds__(THREADS) moe_act_quant_kernel(const MoeActQuan
         scale = act_quant::group_scale<32>(amax);
         if (lane == 0) args.scale[row * args.ld_scale] = scale;
       }
+      const float inv = act_quant::inverse(scale);
       for (int c = lane * 8; c < args.cols; c += 256) {
         float v[8];
         act_quant::load8<DTYPE>(x + c, v);
-        act_quant::store8(args.out + row * args.ld_out + c, v, scale);
+        act_quant::store8(args.out + row * args.ld_out + c, v, inv);
       }
     }
   }

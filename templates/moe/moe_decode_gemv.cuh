@@ -96,7 +96,7 @@ __host__ __device__ constexpr unsigned quantize_overlap_tokens(int groups) {
 // rows x cols DTYPE (row stride ld) -> the e4m3-quantized values as f16 times 2^-8, q [rows][cols],
 // and scale * kFp8ProductScale, s [rows][ceil(cols / 128)], in shared memory. The quantization is
 // moe_act_quant's group128 mode: one warp per (row, 128 columns), scale = max(amax, 1e-10) / 448,
-// q = e4m3(x / scale). cols is a multiple of 4. Each warp loads 8 groups before reducing any.
+// q = e4m3(x * (1 / scale)). cols is a multiple of 4. Each warp loads 8 groups before reducing any.
 // The warps doing it are warp .. of `warps` (all of the CTA's, or those not routing a token).
 template <int DTYPE>
 __device__ inline void quantize_rows(const unsigned short* in, long long ld, int rows, int cols, unsigned short* q,
@@ -119,7 +119,7 @@ __device__ inline void quantize_rows(const unsigned short* in, long long ld, int
           fmaxf(fmaxf(fabsf(v[u][0]), fabsf(v[u][1])), fmaxf(fabsf(v[u][2]), fabsf(v[u][3]))));
       if (lane == 0) s[row * groups + item % groups] = scale * kFp8ProductScale;
       if (c < cols) {
-        const unsigned packed = act_quant::pack4(v[u], scale);
+        const unsigned packed = act_quant::pack4(v[u], act_quant::inverse(scale));
         const unsigned codes[2] = {packed & 0xffffu, packed >> 16};
         uint2 out;
         unsigned* o = &out.x;
