@@ -134,7 +134,9 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
                                     const std::string& arch = "", bool decode_gemv = true);
 constexpr int kGemvHeuristicMaxTokens = 4;
 constexpr int kGemvHeuristicWideTokens = 6;
-constexpr int kGemvHeuristicMaxTokensFp8 = 2;
+// fp8_block: 3 since x is quantized once before gemv1 from two tokens on (DeepSeek-V3 TP8 M = 3 on an
+// H100: 57.6 us against 63.7 on the heuristic's swap-AB tiles; M = 4 77.0 against 77.7, kept there).
+constexpr int kGemvHeuristicMaxTokensFp8 = 3;
 // A swap-AB tile (GemmTile::swap_ab), and whether the layer can run one for GEMM1 / GEMM2: the fast
 // reduce mode (its sums' order differs from the shared-memory kernel's) and a reduction length made
 // of whole 16-byte chunks of weights.

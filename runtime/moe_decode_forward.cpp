@@ -41,6 +41,18 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   a.error_flags = w.routing.sort.error_flags;
   a.x = ptr(args.hidden);
   a.ldx = args.hidden.strides[0];
+  // fp8_block batches whose X the GEMV's CTAs would not quantize beside their routing: X once,
+  // here, launched after everything before it; gemv1 then starts under it and routes meanwhile.
+  const bool dependent_launch = arch_has_dependent_launch(runtime_.device_arch());
+  const bool x_first = spec_.quant == kQuantFp8Block &&
+                       !moe_decode_quantize_overlaps((spec_.hidden + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize, m);
+  if (x_first) {
+    quantize_activations(stream, k, {args.hidden.data, args.hidden.strides[0], w.hidden_q, w.hidden_scale, spec_.hidden, m,
+                                     nullptr, nullptr, args.a1_scale},
+                         false);
+    a.xq = reinterpret_cast<const unsigned char*>(w.hidden_q);
+    a.xq_scale = reinterpret_cast<const float*>(w.hidden_scale);
+  }
   // Weights as stored (byte strides), fp8_block's scales.
   const long long es = static_cast<long long>(scalar_type_size(args.w1.dtype));
   a.w1 = ptr(args.w1);
@@ -81,9 +93,9 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   const auto smem2 = static_cast<unsigned>(moe_decode_gemv2_smem(spec_.quant, m, spec_.top_k, spec_.intermediate));
   const long long items1 = static_cast<long long>(m) * spec_.top_k * spec_.intermediate;
   const long long items2 = static_cast<long long>(m) * spec_.hidden;
-  k.gemv1->launch(stream, {grid(*k.gemv1, smem1, items1), 1, 1, kMoeDecodeThreads, 1, 1, smem1}, a);
-  const bool overlap = arch_has_dependent_launch(runtime_.device_arch());
-  k.gemv2->launch(stream, {grid(*k.gemv2, smem2, items2), 1, 1, kMoeDecodeThreads, 1, 1, smem2, overlap}, a);
+  k.gemv1->launch(stream, {grid(*k.gemv1, smem1, items1), 1, 1, kMoeDecodeThreads, 1, 1, smem1, x_first && dependent_launch},
+                  a);
+  k.gemv2->launch(stream, {grid(*k.gemv2, smem2, items2), 1, 1, kMoeDecodeThreads, 1, 1, smem2, dependent_launch}, a);
 }
 
 }  // namespace moejit

@@ -93,11 +93,17 @@ KernelSpec moe_decode_spec(const MoeSpec& spec, const std::string& arch) {
 
 std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTileConfig& c, const std::string& arch,
                                                 bool gemm2_rows16) {
+  const std::string dtype = dtype_name(spec.dtype);
+  auto act_quant = [&] {
+    return complete_spec({"moe_act_quant", arch, {{"dtype", dtype}, {"mode", std::string(act_quant_mode(spec.quant))}}});
+  };
   if (c.gemv) {
     MOEJIT_REQUIRE(!gemm2_rows16, "moe: the decode GEMV has no GEMM2 role (tile config {})", c.describe());
+    // fp8_block: for the batches whose X the GEMV's CTAs would not quantize beside their routing
+    // (moe_decode_quantize_overlaps), X is quantized once before gemv1.
+    if (spec.quant == kQuantFp8Block) return {moe_decode_spec(spec, arch), act_quant()};
     return {moe_decode_spec(spec, arch)};
   }
-  const std::string dtype = dtype_name(spec.dtype);
   // One GEMM's spec: the parameters every moe_gemm family shares, then the family's own.
   auto gemm = [&](const char* role, int act, const GemmTile& t) {
     const bool gemm1 = std::string(role) == "gemm1";
@@ -203,8 +209,7 @@ std::vector<KernelSpec> moe_expert_kernel_specs(const MoeSpec& spec, const MoeTi
   if (!spec.fused)
     specs.push_back(complete_spec(
         {"moe_activation", arch, {{"dtype", dtype}, {"activation", std::string(activation_name(spec.activation))}}}));
-  if (quant_is_fp8(spec.quant))
-    specs.push_back(complete_spec({"moe_act_quant", arch, {{"dtype", dtype}, {"mode", std::string(act_quant_mode(spec.quant))}}}));
+  if (quant_is_fp8(spec.quant)) specs.push_back(act_quant());
   return specs;
 }
 

@@ -121,6 +121,10 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool
   if (config.gemv) {
     k->gemv1 = &k->modules[0]->kernel("gemv1");
     k->gemv2 = &k->modules[0]->kernel("gemv2");
+    if (specs.size() > 1) {  // fp8_block: X quantized once where the GEMV's CTAs would not overlap it (forward_decode)
+      k->act_quant = &k->modules[1]->kernel("quantize");
+      k->elementwise_threads = unsigned(specs[1].get_int("threads"));
+    }
     kernels_.push_back(std::move(k));
     return *kernels_.back();
   }
@@ -158,6 +162,28 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool
   log(LogLevel::Debug, "moe: loaded kernels for {} ({})", spec_.describe(), config.describe());
   kernels_.push_back(std::move(k));
   return *kernels_.back();
+}
+
+// w8a8: rows of DTYPE -> e4m3 + scales (per 128 columns, per row, or the static scale).
+void MoeLayer::quantize_activations(CUstream stream, const Kernels& k, const ActQuantRows& r, bool overlap_previous) const {
+  MoeActQuantArgs q{};
+  q.in = reinterpret_cast<const void*>(r.in);
+  q.ld_in = r.ld_in;
+  q.out = reinterpret_cast<unsigned char*>(r.out);
+  q.ld_out = r.cols;
+  q.scale = reinterpret_cast<float*>(r.scale);
+  q.ld_scale = act_scales_per_row(spec_.quant, r.cols);
+  q.static_scale = r.static_scale.given() ? reinterpret_cast<const float*>(r.static_scale.data) : nullptr;
+  q.cols = r.cols;
+  q.num_rows = static_cast<int>(r.rows);
+  q.totals = r.totals;
+  q.gather_index = r.gather;
+  const unsigned t = k.elementwise_threads;
+  // Group scales: kActQuantGroupsPerWarp (row, group) units a warp (the kernel indexes them, and
+  // steps past them by a grid's worth, in 32 bits: check() keeps them under 2^30); else a warp per row.
+  const bool groups = spec_.quant == kQuantFp8Block;
+  const long long warps = groups ? (r.rows * q.ld_scale + kActQuantGroupsPerWarp - 1) / kActQuantGroupsPerWarp : r.rows;
+  k.act_quant->launch(stream, {elementwise_blocks(warps * 32, t), 1, 1, t, 1, 1, 0, overlap_previous}, q);
 }
 
 MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
@@ -360,28 +386,10 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   const bool overlap =
       dependent_launch && (one_wave || (mma_sync_swap_ab(config.gemm1) && mma_sync_swap_ab(config.gemm2)));
 
-  // w8a8: rows of DTYPE -> e4m3 + scales (per 128 columns, per row, or the static scale).
   const bool fp8 = quant_is_fp8(spec_.quant);
   auto quantize = [&](CUdeviceptr in, long long ld_in, CUdeviceptr out, CUdeviceptr scale, int cols, long long rows,
                       const int* totals, const int* gather, const TensorView& static_scale, bool overlap_previous) {
-    MoeActQuantArgs q{};
-    q.in = reinterpret_cast<const void*>(in);
-    q.ld_in = ld_in;
-    q.out = reinterpret_cast<unsigned char*>(out);
-    q.ld_out = cols;
-    q.scale = reinterpret_cast<float*>(scale);
-    q.ld_scale = act_scales_per_row(spec_.quant, cols);
-    q.static_scale = static_scale.given() ? reinterpret_cast<const float*>(static_scale.data) : nullptr;
-    q.cols = cols;
-    q.num_rows = static_cast<int>(rows);
-    q.totals = totals;
-    q.gather_index = gather;
-    const unsigned t = k.elementwise_threads;
-    // Group scales: kActQuantGroupsPerWarp (row, group) units a warp (the kernel indexes them, and
-    // steps past them by a grid's worth, in 32 bits: check() keeps them under 2^30); else a warp per row.
-    const bool groups = spec_.quant == kQuantFp8Block;
-    const long long warps = groups ? (rows * q.ld_scale + kActQuantGroupsPerWarp - 1) / kActQuantGroupsPerWarp : rows;
-    k.act_quant->launch(stream, {elementwise_blocks(warps * 32, t), 1, 1, t, 1, 1, 0, overlap_previous}, q);
+    quantize_activations(stream, k, {in, ld_in, out, scale, cols, rows, totals, gather, static_scale}, overlap_previous);
   };
   // w8a8: X first, then the routing beside it (Router::route's beside_previous, sm_90+): the two
   // read and write nothing of each other's, and the routing's kernels end only after X's. X's launch

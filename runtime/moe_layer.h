@@ -146,6 +146,18 @@ class MoeLayer {
   const Kernels& kernels_for(const MoeTileConfig& config, bool gemm2_rows16);
   // The decode GEMV pair (tile config gemv): moe_decode_forward.cpp.
   void forward_decode(CUstream stream, const MoeForwardArgs& args, int num_tokens, const Kernels& k);
+  // w8a8: `rows` rows of DTYPE at `in` -> e4m3 at `out` + scales (moe_act_quant).
+  struct ActQuantRows {
+    CUdeviceptr in;
+    long long ld_in;
+    CUdeviceptr out, scale;
+    int cols;
+    long long rows;
+    const int* totals;  // device row count (totals[1]) instead of rows, or null
+    const int* gather;  // rows < 0 there are skipped, or null
+    const TensorView& static_scale;
+  };
+  void quantize_activations(CUstream stream, const Kernels& k, const ActQuantRows& rows, bool overlap_previous) const;
   // Every GEMM of `specs` fits this device's shared memory per CTA (an Error naming it otherwise).
   void require_fits_device(const std::vector<KernelSpec>& specs, int block_m) const;
   void load_tuned();  // once, on a GPU: the tuned buckets of this shape (memory only afterwards)

@@ -30,6 +30,13 @@ struct MoeDecodeArgs {
   // strides in bytes (QUANT: 16-bit or e4m3 weights).
   const void* x;  // [num_tokens, ldx] DTYPE
   long long ldx;
+  // fp8_block, where gemv1's CTAs would not quantize x beside their routing (the host asks
+  // moe_decode_quantize_overlaps): x quantized once before gemv1 (moe_act_quant, launched after
+  // everything before it), e4m3 [num_tokens, K] and fp32 scales [num_tokens, ceil(K / 128)]; gemv1
+  // then routes before its dependent-launch wait and loads these after it. Null: every gemv1 CTA
+  // quantizes x itself.
+  const unsigned char* xq;
+  const float* xq_scale;
   const void* w1;  // [E_local, W1 rows, K]
   long long w1_expert_stride, ldw1;
   const float* b1;  // [E_local, b1_expert_stride] or null
@@ -49,6 +56,20 @@ struct MoeDecodeArgs {
   int weight_on_input;  // router weight scales GEMM1's product (before bias) instead of GEMM2's result
   float alpha, limit;   // swigluoai / swiglustep
 };
+
+// fp8_block: gemv1's CTAs quantize x while warps 0 .. tokens - 1 route (one token each) where the
+// spare warps need no more passes of kMoeDecodeQuantizeBatch groups than all warps would (one token of
+// DeepSeek-V3's 56 groups: 7 warps x 8 at once; two tokens on 6 warps were 2 us slower). Else the
+// host quantizes x once before gemv1 (MoeDecodeArgs::xq): each CTA's quantization after its routing
+// was compute-bound, 2.9 us a pass of 8 groups a warp with the grid's three CTAs an SM repeating it
+// (fp8_block DeepSeek-V3 TP8 M = 2 / 4: 5.5 / 11.6 us, H100 %globaltimer stamps).
+inline constexpr int kMoeDecodeQuantizeBatch = 8;  // groups a warp of quantize_rows loads before reducing any
+MOEJIT_HOST_DEVICE constexpr bool moe_decode_quantize_overlaps(int groups, int tokens) {
+  constexpr int kWarps = kMoeDecodeThreads / 32;
+  if (tokens < 1 || tokens >= kWarps) return false;
+  const int g = tokens * groups, spare = (kWarps - tokens) * kMoeDecodeQuantizeBatch, all = kWarps * kMoeDecodeQuantizeBatch;
+  return (g + spare - 1) / spare <= (g + all - 1) / all;
+}
 
 // fp8_block: each CTA quantizes its activations into shared memory (e4m3 values as f16 + one fp32
 // scale per token per 128 columns, as moe_act_quant does): gemv1 the tokens' x rows, gemv2 their

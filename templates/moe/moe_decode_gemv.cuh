@@ -79,18 +79,45 @@ __device__ inline uint4 load_stream(const void* p) {  // weights: read once, kee
   return v;
 }
 
-inline constexpr int kQuantizeBatch = 8;  // groups a warp of quantize_rows loads before reducing any
+inline constexpr int kQuantizeBatch = kMoeDecodeQuantizeBatch;
 
-// Bit t set: with t tokens routed by warps 0 .. t - 1, the other warps quantize the tokens' `groups`
-// 128-column groups each in as few passes as all warps would, so gemv1 overlaps the two (a
-// compile-time mask: the runtime test spilled gemv1's registers).
+// Bit t set: moe_decode_quantize_overlaps(groups, t) (a compile-time mask: the runtime test spilled
+// gemv1's registers).
 __host__ __device__ constexpr unsigned quantize_overlap_tokens(int groups) {
   unsigned mask = 0;
-  for (int t = 1; t < kWarps; ++t) {
-    const int g = t * groups, spare = (kWarps - t) * kQuantizeBatch, all = kWarps * kQuantizeBatch;
-    if ((g + spare - 1) / spare <= (g + all - 1) / all) mask |= 1u << t;
-  }
+  for (int t = 1; t < kWarps; ++t)
+    if (moe_decode_quantize_overlaps(groups, t)) mask |= 1u << t;
   return mask;
+}
+
+// x as quantize_rows leaves it (e4m3 values as f16 times 2^-8, scale * kFp8ProductScale) from the
+// host's moe_act_quant copy: rows x COLS e4m3 at q8 (COLS a multiple of 16), scales [rows][ceil(COLS
+// / 128)] at s8. L2 reads (__ldcg): the workspace's lines in this SM's L1 may be an older forward's.
+template <int COLS>
+__device__ inline void load_quantized_rows(const unsigned char* q8, const float* s8, int rows, unsigned short* q, float* s) {
+  constexpr int CHUNKS = COLS / 16, GROUPS = (COLS + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
+  static_assert(COLS % 16 == 0, "whole 16-byte chunks of e4m3");
+  for (int i = threadIdx.x; i < rows * CHUNKS; i += kThreads) {
+    const int row = i / CHUNKS, c = i - row * CHUNKS;
+    const uint4 v = __ldcg(reinterpret_cast<const uint4*>(q8 + static_cast<long long>(row) * COLS) + c);
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+    uint4 out[2];
+    unsigned* o = &out[0].x;
+#pragma unroll
+    for (int h = 0; h < 8; ++h) {
+      unsigned f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(f) : "h"(static_cast<unsigned short>(w[h / 2] >> (16 * (h % 2)))));
+#else
+      f = 0;
+#endif
+      o[h] = hmul2(f, 0x1c001c00u);  // x 2^-8 in both lanes (exact), as quantize_rows
+    }
+    uint4* dst = reinterpret_cast<uint4*>(q + static_cast<long long>(row) * COLS + c * 16);
+    dst[0] = out[0];
+    dst[1] = out[1];
+  }
+  for (int i = threadIdx.x; i < rows * GROUPS; i += kThreads) s[i] = __ldcg(s8 + i) * kFp8ProductScale;
 }
 
 // rows x cols DTYPE (row stride ld) -> the e4m3-quantized values as f16 times 2^-8, q [rows][cols],
@@ -298,20 +325,31 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   extern __shared__ uint4 dynamic_smem[];  // fp8: x quantized, as f16 [tokens][HIDDEN], then scales [tokens][GROUPS]
   unsigned short* xq = reinterpret_cast<unsigned short*>(dynamic_smem);
   const float* xs = reinterpret_cast<const float*>(xq + a.num_tokens * HIDDEN);
+  // fp8 with x quantized by the host (a.xq): the routing reads only what was written before that
+  // quantization's kernel started (it followed everything before it), so it runs before the wait.
+  const bool prequantized = FP8 && a.xq != nullptr;
+  if (prequantized) {
+    route_begin(picks);
+    route_token<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
+  }
   pdl::wait();  // launched after whatever wrote x and the logits
   pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
-  // Warps 0 .. num_tokens - 1 route a token each while the others quantize x (fp8): the two
-  // latency chains overlap instead of adding up (all warps quantize when none is left over).
-  route_begin(picks);
-  route_token<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
-  // Only where the spare warps need no more passes than all of them would (one token of
-  // DeepSeek-V3's 56 groups: 7 warps x 8 at once; two tokens on 6 warps were 2 us slower).
+  if (!prequantized) {
+    // Warps 0 .. num_tokens - 1 route a token each while the others quantize x (fp8) where
+    // moe_decode_quantize_overlaps: the two latency chains overlap instead of adding up.
+    route_begin(picks);
+    route_token<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
+  }
   if constexpr (FP8) {
-    const int warp = threadIdx.x >> 5, spare = kWarps - a.num_tokens;
-    const bool overlap = (quantize_overlap_tokens(GROUPS) >> a.num_tokens) & 1u;
-    if (!overlap || warp >= a.num_tokens)
-      quantize_rows<DTYPE>(static_cast<const unsigned short*>(a.x), a.ldx, a.num_tokens, HIDDEN, xq,
-                           const_cast<float*>(xs), overlap ? warp - a.num_tokens : warp, overlap ? spare : kWarps);
+    if (prequantized) {
+      load_quantized_rows<HIDDEN>(a.xq, a.xq_scale, a.num_tokens, xq, const_cast<float*>(xs));
+    } else {
+      const int warp = threadIdx.x >> 5, spare = kWarps - a.num_tokens;
+      const bool overlap = (quantize_overlap_tokens(GROUPS) >> a.num_tokens) & 1u;
+      if (!overlap || warp >= a.num_tokens)
+        quantize_rows<DTYPE>(static_cast<const unsigned short*>(a.x), a.ldx, a.num_tokens, HIDDEN, xq,
+                             const_cast<float*>(xs), overlap ? warp - a.num_tokens : warp, overlap ? spare : kWarps);
+    }
   }
   __syncthreads();
   if (blockIdx.x == 0) publish<TOPK>(a, picks);
