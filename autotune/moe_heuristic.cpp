@@ -199,7 +199,8 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // fp8_block (DeepSeek-V3 TP8): 31.8 -> 30.2 us at M = 1, 51.7 -> 48.6 at M = 2, but 72.6 -> 88 at
   // M = 4 against the swap-AB e4m3 kernels: its products cost more instructions per byte. With x
   // quantized once before gemv1 (thirty-fourth session, H100): M = 2 / 3 / 4 44.2 / 57.6 / 77.0
-  // against the swap-AB tiles' 47.6 / 62.7 / 75.7 (tuned) and 63.7 / 77.7 (these heuristic tiles).
+  // against the swap-AB tiles' 47.6 / 62.7 / 75.7 (tuned) and 63.7 / 77.7 (these heuristic tiles);
+  // other fp8_block shapes lose at M = 3 (kGemvHeuristicMaxTokensFp8).
   // Five and six tokens where at most 3/8 of the experts get a slot (H100, no DB, two rounds: M = 5
   // / 6 Qwen3-30B-A3B 133 / 152 -> 126 / 139.5 us, DeepSeek-V3 TP8 162 / 187 -> 149 / 175, gpt-oss-120b
   // 342 / 398 -> 344 / 386; slower at M = 7 / 8, Qwen3 171 / 182 -> 175 / 194, gpt-oss 452 / 499

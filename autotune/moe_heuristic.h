@@ -134,9 +134,11 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
                                     const std::string& arch = "", bool decode_gemv = true);
 constexpr int kGemvHeuristicMaxTokens = 4;
 constexpr int kGemvHeuristicWideTokens = 6;
-// fp8_block: 3 since x is quantized once before gemv1 from two tokens on (DeepSeek-V3 TP8 M = 3 on an
-// H100: 57.6 us against 63.7 on the heuristic's swap-AB tiles; M = 4 77.0 against 77.7, kept there).
-constexpr int kGemvHeuristicMaxTokensFp8 = 3;
+// fp8_block: 2. With x quantized once before gemv1 (thirty-fourth session) three tokens won only on
+// DeepSeek-V3 TP8 (H100, no DB, two rounds: 63.6 -> 57.3-57.5 us; its DB takes the GEMV there) and
+// lost on gpt-oss-120b-, DeepSeek-V2-Lite- and Qwen3-30B-A3B-shaped fp8_block layers (122.3-122.8 ->
+// 143.0-143.5, 65.9-66.1 -> 70.2-70.3, 53.5-53.7 -> 52.3-54.2).
+constexpr int kGemvHeuristicMaxTokensFp8 = 2;
 // A swap-AB tile (GemmTile::swap_ab), and whether the layer can run one for GEMM1 / GEMM2: the fast
 // reduce mode (its sums' order differs from the shared-memory kernel's) and a reduction length made
 // of whole 16-byte chunks of weights.
