@@ -304,8 +304,21 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   CHECK(heuristic_tile_config(fp8, kGemvHeuristicMaxTokensFp8, true, "sm_90a").gemv);
   CHECK_FALSE(heuristic_tile_config(fp8, kGemvHeuristicMaxTokensFp8 + 1, true, "sm_90a").gemv);
   CHECK_FALSE(heuristic_tile_config(fp8, 1, true, "sm_80").gemv);
-  CHECK(moe_expert_kernel_specs(fp8, decode_gemv_config(), "sm_90a")[0].get_string("quant") == "fp8_block");
+  // With the activation quantization kernel second: X once before gemv1 for the batches whose X the
+  // GEMV's CTAs would not quantize beside their routing (MoeLayer::kernels_for takes it from there).
+  const auto fp8_specs = moe_expert_kernel_specs(fp8, decode_gemv_config(), "sm_90a");
+  REQUIRE(fp8_specs.size() == 2);
+  CHECK(fp8_specs[0].get_string("quant") == "fp8_block");
+  CHECK(fp8_specs[1].family == "moe_act_quant");
+  CHECK(fp8_specs[1].get_string("mode") == "group128");
   CHECK_THROWS_WITH_AS(moe_expert_kernel_specs(fp8, decode_gemv_config(), "sm_80"), doctest::Contains("sm_89"), Error);
+  // The overlap rule: the routing warps' tokens each leave one warp fewer for x's 128-column groups.
+  CHECK(moe_decode_quantize_overlaps(56, 1));        // DeepSeek-V3 (K = 7168): 7 warps x 8 groups, one pass
+  CHECK_FALSE(moe_decode_quantize_overlaps(56, 2));  // 112 groups: 3 passes on 6 warps against 2 on 8
+  CHECK(moe_decode_quantize_overlaps(16, 2));        // K = 2048: one pass either way
+  CHECK_FALSE(moe_decode_quantize_overlaps(16, 3));
+  CHECK_FALSE(moe_decode_quantize_overlaps(1, 0));
+  CHECK_FALSE(moe_decode_quantize_overlaps(1, kMoeDecodeThreads / 32));  // no warp left over
   CHECK(decode_gemv_max_tokens(fp8) == 7);  // gemv2: 8 slots x 768 f16 + scales, 12480 bytes per token
   fp8.hidden = 16384;  // x as f16 in shared memory, 32.5 KiB per token: 2 tokens fit 96 KiB
   CHECK(decode_gemv_max_tokens(fp8) == 2);
