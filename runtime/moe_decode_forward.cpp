@@ -45,7 +45,7 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   // here, launched after everything before it; gemv1 then starts under it and routes meanwhile.
   const bool dependent_launch = arch_has_dependent_launch(runtime_.device_arch());
   const bool x_first = spec_.quant == kQuantFp8Block &&
-                       !moe_decode_quantize_overlaps((spec_.hidden + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize, m);
+                       !moe_decode_quantize_overlaps(act_scales_per_row(spec_.quant, spec_.hidden), m);
   if (x_first) {
     quantize_activations(stream, k, {args.hidden.data, args.hidden.strides[0], w.hidden_q, w.hidden_scale, spec_.hidden, m,
                                      nullptr, nullptr, args.a1_scale},

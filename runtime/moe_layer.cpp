@@ -20,16 +20,15 @@
 
 namespace moejit {
 
+std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
+  return q == kQuantFp8Block ? (cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize : q == kQuantFp8Channel ? 1 : 0;
+}
+
 namespace {
 constexpr std::size_t kAlign = 256;
 constexpr unsigned kMaxGridY = 65535;
 constexpr long long kMaxElementwiseBlocks = 1 << 16;  // grid-stride beyond this
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-// fp32 activation scales per row of a w8a8 GEMM's A with `cols` columns (0 = one static scale).
-std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
-  return q == kQuantFp8Block ? (cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize : q == kQuantFp8Channel ? 1 : 0;
-}
 
 // GEMM1's split-K partial sums ([kMoeMaxSplitK][M * top_k][W1 rows] fp32) are reserved only while
 // they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.
@@ -121,7 +120,7 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool
   if (config.gemv) {
     k->gemv1 = &k->modules[0]->kernel("gemv1");
     k->gemv2 = &k->modules[0]->kernel("gemv2");
-    if (specs.size() > 1) {  // fp8_block: X quantized once where the GEMV's CTAs would not overlap it (forward_decode)
+    if (spec_.quant == kQuantFp8Block) {  // X quantized once where the GEMV's CTAs would not overlap it (forward_decode)
       k->act_quant = &k->modules[1]->kernel("quantize");
       k->elementwise_threads = unsigned(specs[1].get_int("threads"));
     }
@@ -387,10 +386,6 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
       dependent_launch && (one_wave || (mma_sync_swap_ab(config.gemm1) && mma_sync_swap_ab(config.gemm2)));
 
   const bool fp8 = quant_is_fp8(spec_.quant);
-  auto quantize = [&](CUdeviceptr in, long long ld_in, CUdeviceptr out, CUdeviceptr scale, int cols, long long rows,
-                      const int* totals, const int* gather, const TensorView& static_scale, bool overlap_previous) {
-    quantize_activations(stream, k, {in, ld_in, out, scale, cols, rows, totals, gather, static_scale}, overlap_previous);
-  };
   // w8a8: X first, then the routing beside it (Router::route's beside_previous, sm_90+): the two
   // read and write nothing of each other's, and the routing's kernels end only after X's. X's launch
   // then follows everything before it (no overlap): the routing starts as soon as X's kernel does,
@@ -400,8 +395,10 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   // 547.7-547.8 us, fp8_channel Qwen3-30B-A3B M = 1 / 4 31.0-31.2 / 69.9-70.4 -> 28.5 / 66.2-66.4.
   const bool x_beside = fp8 && dependent_launch && args.router_logits.given();
   if (fp8)
-    quantize(args.hidden.data, args.hidden.strides[0], w.hidden_q, w.hidden_scale, spec_.hidden, m, nullptr, nullptr,
-             args.a1_scale, overlap && !x_beside);
+    quantize_activations(stream, k,
+                         {args.hidden.data, args.hidden.strides[0], w.hidden_q, w.hidden_scale, spec_.hidden, m,
+                          nullptr, nullptr, args.a1_scale},
+                         overlap && !x_beside);
 
   // Routing: metadata for this call's block_m.
   const CUdeviceptr expert_map = args.expert_map.given() ? args.expert_map.data : 0;
@@ -531,8 +528,10 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
 
   // GEMM2 and the top-k reduction.
   if (fp8) {
-    quantize(w.intermediate, spec_.intermediate, w.intermediate_q, w.intermediate_scale, spec_.intermediate,
-             max_tiles * bm, sort.totals, sort.gather_index, args.a2_scale, overlap);
+    quantize_activations(stream, k,
+                         {w.intermediate, spec_.intermediate, w.intermediate_q, w.intermediate_scale, spec_.intermediate,
+                          max_tiles * bm, sort.totals, sort.gather_index, args.a2_scale},
+                         overlap);
     g.a = reinterpret_cast<const void*>(w.intermediate_q);
     g.lda = spec_.intermediate;
     g.a_scale = reinterpret_cast<const float*>(spec_.quant == kQuantFp8Tensor ? args.a2_scale.data : w.intermediate_scale);

@@ -56,6 +56,8 @@ struct MoeLayer::Workspace {
   std::size_t total = 0;
 };
 
+// fp32 activation scales per row of a w8a8 GEMM's A with `cols` columns (0 = one static scale).
+std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols);
 // CTAs of `kernel` one SM holds at once (threads, registers, shared memory): split-K and the
 // decode GEMV fill one wave, the persistent grid is this many CTAs an SM.
 int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device);

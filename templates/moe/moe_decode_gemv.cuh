@@ -79,8 +79,6 @@ __device__ inline uint4 load_stream(const void* p) {  // weights: read once, kee
   return v;
 }
 
-inline constexpr int kQuantizeBatch = kMoeDecodeQuantizeBatch;
-
 // Bit t set: moe_decode_quantize_overlaps(groups, t) (a compile-time mask: the runtime test spilled
 // gemv1's registers).
 __host__ __device__ constexpr unsigned quantize_overlap_tokens(int groups) {
@@ -88,6 +86,18 @@ __host__ __device__ constexpr unsigned quantize_overlap_tokens(int groups) {
   for (int t = 1; t < kWarps; ++t)
     if (moe_decode_quantize_overlaps(groups, t)) mask |= 1u << t;
   return mask;
+}
+
+// Two e4m3 codes (code j in byte j) -> f16x2 of their values times 2^-8 (exact): the form the
+// products take x in (quantize_rows, load_quantized_rows).
+__device__ inline unsigned e4m3x2_to_f16_scaled(unsigned short codes) {
+  unsigned f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(f) : "h"(codes));
+#else
+  f = 0;
+#endif
+  return hmul2(f, 0x1c001c00u);  // x 2^-8 in both lanes
 }
 
 // x as quantize_rows leaves it (e4m3 values as f16 times 2^-8, scale * kFp8ProductScale) from the
@@ -104,15 +114,7 @@ __device__ inline void load_quantized_rows(const unsigned char* q8, const float*
     uint4 out[2];
     unsigned* o = &out[0].x;
 #pragma unroll
-    for (int h = 0; h < 8; ++h) {
-      unsigned f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(f) : "h"(static_cast<unsigned short>(w[h / 2] >> (16 * (h % 2)))));
-#else
-      f = 0;
-#endif
-      o[h] = hmul2(f, 0x1c001c00u);  // x 2^-8 in both lanes (exact), as quantize_rows
-    }
+    for (int h = 0; h < 8; ++h) o[h] = e4m3x2_to_f16_scaled(static_cast<unsigned short>(w[h / 2] >> (16 * (h % 2))));
     uint4* dst = reinterpret_cast<uint4*>(q + static_cast<long long>(row) * COLS + c * 16);
     dst[0] = out[0];
     dst[1] = out[1];
@@ -128,7 +130,7 @@ __device__ inline void load_quantized_rows(const unsigned char* q8, const float*
 template <int DTYPE>
 __device__ inline void quantize_rows(const unsigned short* in, long long ld, int rows, int cols, unsigned short* q,
                                      float* s, int warp = threadIdx.x >> 5, int warps = kWarps) {
-  constexpr int kGroup = kQuantFp8BlockSize, kBatch = kQuantizeBatch;
+  constexpr int kGroup = kQuantFp8BlockSize, kBatch = kMoeDecodeQuantizeBatch;
   const int groups = (cols + kGroup - 1) / kGroup, lane = threadIdx.x & 31;
   for (int first = warp; first < rows * groups; first += warps * kBatch) {
     float v[kBatch][4];
@@ -147,19 +149,8 @@ __device__ inline void quantize_rows(const unsigned short* in, long long ld, int
       if (lane == 0) s[row * groups + item % groups] = scale * kFp8ProductScale;
       if (c < cols) {
         const unsigned packed = act_quant::pack4(v[u], act_quant::inverse(scale));
-        const unsigned codes[2] = {packed & 0xffffu, packed >> 16};
-        uint2 out;
-        unsigned* o = &out.x;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          unsigned f;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-          asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(f) : "h"(static_cast<unsigned short>(codes[h])));
-#else
-          f = 0;
-#endif
-          o[h] = hmul2(f, 0x1c001c00u);  // x 2^-8 in both lanes (exact)
-        }
+        const uint2 out = make_uint2(e4m3x2_to_f16_scaled(static_cast<unsigned short>(packed & 0xffffu)),
+                                     e4m3x2_to_f16_scaled(static_cast<unsigned short>(packed >> 16)));
         *reinterpret_cast<uint2*>(q + row * cols + c) = out;
       }
     }
@@ -327,19 +318,17 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   const float* xs = reinterpret_cast<const float*>(xq + a.num_tokens * HIDDEN);
   // fp8 with x quantized by the host (a.xq): the routing reads only what was written before that
   // quantization's kernel started (it followed everything before it), so it runs before the wait.
+  // Otherwise warps 0 .. num_tokens - 1 route a token each after the wait while the others quantize
+  // x (fp8) where moe_decode_quantize_overlaps: the two latency chains overlap instead of adding up.
   const bool prequantized = FP8 && a.xq != nullptr;
-  if (prequantized) {
+  auto route_tokens = [&] {
     route_begin(picks);
     route_token<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
-  }
+  };
+  if (prequantized) route_tokens();
   pdl::wait();  // launched after whatever wrote x and the logits
   pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
-  if (!prequantized) {
-    // Warps 0 .. num_tokens - 1 route a token each while the others quantize x (fp8) where
-    // moe_decode_quantize_overlaps: the two latency chains overlap instead of adding up.
-    route_begin(picks);
-    route_token<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
-  }
+  if (!prequantized) route_tokens();
   if constexpr (FP8) {
     if (prequantized) {
       load_quantized_rows<HIDDEN>(a.xq, a.xq_scale, a.num_tokens, xq, const_cast<float*>(xs));
