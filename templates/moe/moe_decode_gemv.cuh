@@ -467,6 +467,9 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   const unsigned char* w2 = static_cast<const unsigned char*>(a.w2);
   int begin, end;
   cta_items(static_cast<long long>(a.num_tokens) * HIDDEN, begin, end);
+  // fp8: the intermediate rows of this CTA's tokens alone (its items are consecutive columns of one
+  // token, or of a few): every CTA quantized every token's before, M times the work at M tokens.
+  const int first_token = begin / HIDDEN, inter_rows = (max(end, begin + 1) - 1) / HIDDEN - first_token + 1;
   {
     // The weight rows need only the picks: start them towards L2 while gemv1 finishes (its last
     // CTAs leave the bandwidth idle). Each (column, slot) row is INTER weights; the first items'
@@ -482,7 +485,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   pdl::wait();
   const unsigned short* inter = static_cast<const unsigned short*>(a.inter);
   if constexpr (FP8) {  // dropped slots' rows are never read below
-    quantize_rows<DTYPE>(inter, INTER, a.num_tokens * TOPK, INTER, iq, const_cast<float*>(is));
+    quantize_rows<DTYPE>(inter + static_cast<long long>(first_token) * TOPK * INTER, INTER, inter_rows * TOPK, INTER, iq,
+                         const_cast<float*>(is));
     __syncthreads();
   }
   const int sub = split_sub<VEC>();
@@ -509,12 +513,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
 #pragma unroll
         for (int h = 0; h < X; ++h)
           if constexpr (FP8)
-            iv[c][h] = e >= 0 ? reinterpret_cast<const uint4*>(iq + static_cast<long long>(t) * TOPK * INTER + p * EPC)[h]
+            iv[c][h] = e >= 0 ? reinterpret_cast<const uint4*>(iq + (t - first_token) * TOPK * INTER + p * EPC)[h]
                               : make_uint4(0, 0, 0, 0);
           else
             iv[c][h] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
                               : make_uint4(0, 0, 0, 0);
-        const float act_scale = FP8 && e >= 0 ? is[(t * TOPK + k) * GROUPS + group] : 1.f;
+        const float act_scale = FP8 && e >= 0 ? is[((t - first_token) * TOPK + k) * GROUPS + group] : 1.f;
 #pragma unroll
         for (int g = 0; g < W::G; ++g) {
           const int j = g * SPLIT + sub;  // the item's place in the batch
