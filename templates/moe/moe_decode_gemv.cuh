@@ -330,14 +330,21 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
   if (!prequantized) route_tokens();
   if constexpr (FP8) {
+    // The x rows of this CTA's tokens alone (its items are consecutive: one token, or a few), kept
+    // at their tokens' places in xq / xs.
+    int begin, end;
+    cta_items(static_cast<long long>(a.num_tokens) * TOPK * INTER, begin, end);
+    const int first = begin / (TOPK * INTER), rows = (max(end, begin + 1) - 1) / (TOPK * INTER) - first + 1;
+    unsigned short* q = xq + first * HIDDEN;
+    float* qs = const_cast<float*>(xs) + first * GROUPS;
     if (prequantized) {
-      load_quantized_rows<HIDDEN>(a.xq, a.xq_scale, a.num_tokens, xq, const_cast<float*>(xs));
+      load_quantized_rows<HIDDEN>(a.xq + static_cast<long long>(first) * HIDDEN, a.xq_scale + first * GROUPS, rows, q, qs);
     } else {
       const int warp = threadIdx.x >> 5, spare = kWarps - a.num_tokens;
       const bool overlap = (quantize_overlap_tokens(GROUPS) >> a.num_tokens) & 1u;
       if (!overlap || warp >= a.num_tokens)
-        quantize_rows<DTYPE>(static_cast<const unsigned short*>(a.x), a.ldx, a.num_tokens, HIDDEN, xq,
-                             const_cast<float*>(xs), overlap ? warp - a.num_tokens : warp, overlap ? spare : kWarps);
+        quantize_rows<DTYPE>(static_cast<const unsigned short*>(a.x) + first * a.ldx, a.ldx, rows, HIDDEN, q, qs,
+                             overlap ? warp - a.num_tokens : warp, overlap ? spare : kWarps);
     }
   }
   __syncthreads();
@@ -467,9 +474,6 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   const unsigned char* w2 = static_cast<const unsigned char*>(a.w2);
   int begin, end;
   cta_items(static_cast<long long>(a.num_tokens) * HIDDEN, begin, end);
-  // fp8: the intermediate rows of this CTA's tokens alone (its items are consecutive columns of one
-  // token, or of a few): every CTA quantized every token's before, M times the work at M tokens.
-  const int first_token = begin / HIDDEN, inter_rows = (max(end, begin + 1) - 1) / HIDDEN - first_token + 1;
   {
     // The weight rows need only the picks: start them towards L2 while gemv1 finishes (its last
     // CTAs leave the bandwidth idle). Each (column, slot) row is INTER weights; the first items'
@@ -485,8 +489,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   pdl::wait();
   const unsigned short* inter = static_cast<const unsigned short*>(a.inter);
   if constexpr (FP8) {  // dropped slots' rows are never read below
-    quantize_rows<DTYPE>(inter + static_cast<long long>(first_token) * TOPK * INTER, INTER, inter_rows * TOPK, INTER, iq,
-                         const_cast<float*>(is));
+    // The intermediate rows of this CTA's tokens alone (its items are consecutive columns of one
+    // token, or of a few), kept at their tokens' places in iq / is: every CTA quantizing every
+    // token's rows was M times the work at M tokens.
+    const int first = begin / HIDDEN, rows = ((max(end, begin + 1) - 1) / HIDDEN - first + 1) * TOPK;
+    quantize_rows<DTYPE>(inter + static_cast<long long>(first) * TOPK * INTER, INTER, rows, INTER,
+                         iq + first * TOPK * INTER, const_cast<float*>(is) + first * TOPK * GROUPS);
     __syncthreads();
   }
   const int sub = split_sub<VEC>();
@@ -513,12 +521,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
 #pragma unroll
         for (int h = 0; h < X; ++h)
           if constexpr (FP8)
-            iv[c][h] = e >= 0 ? reinterpret_cast<const uint4*>(iq + (t - first_token) * TOPK * INTER + p * EPC)[h]
+            iv[c][h] = e >= 0 ? reinterpret_cast<const uint4*>(iq + static_cast<long long>(t) * TOPK * INTER + p * EPC)[h]
                               : make_uint4(0, 0, 0, 0);
           else
             iv[c][h] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
                               : make_uint4(0, 0, 0, 0);
-        const float act_scale = FP8 && e >= 0 ? is[((t - first_token) * TOPK + k) * GROUPS + group] : 1.f;
+        const float act_scale = FP8 && e >= 0 ? is[(t * TOPK + k) * GROUPS + group] : 1.f;
 #pragma unroll
         for (int g = 0; g < W::G; ++g) {
           const int j = g * SPLIT + sub;  // the item's place in the batch
