@@ -157,6 +157,14 @@ bool decode_gemv_supported(const MoeSpec& spec, const std::string& arch) {
          decode_gemv_max_tokens(spec) >= 1;
 }
 
+double decode_gemv_lane_use(const MoeSpec& spec) {
+  const int chunk = spec.quant == kQuantFp8Block ? 16 : 8;  // elements per 16-byte load
+  const double rows1 = activation_is_gated(spec.activation) ? 2.0 : 1.0;  // W1 rows per intermediate column
+  const double use1 = moe_decode_lane_use(spec.hidden / chunk);
+  const double use2 = moe_decode_lane_use(spec.top_k * spec.intermediate / chunk);
+  return (rows1 * use1 + use2) / (rows1 + 1.0);  // by bytes: gemv1 reads rows1 of every 1 + rows1
+}
+
 int decode_gemv_max_tokens(const MoeSpec& spec) {
   int t = kMoeDecodeMaxTokens;
   while (t > 0 && (moe_decode_gemv1_smem(spec.quant, t, spec.hidden) > kMoeDecodeMaxSmemBytes ||
@@ -209,7 +217,8 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   const bool sparse = num_tokens <= kGemvHeuristicMaxTokens ? 2 * slots <= spec.local_experts()
                                                              : 8 * slots <= 3LL * spec.local_experts();
   const int most = spec.quant == kQuantFp8Block ? kGemvHeuristicMaxTokensFp8 : kGemvHeuristicWideTokens;
-  if (decode_gemv && swap_ab && num_tokens >= 1 && num_tokens <= most && sparse &&
+  const bool lanes = spec.quant != kQuantFp8Block || decode_gemv_lane_use(spec) >= kGemvHeuristicMinLaneUseFp8;
+  if (decode_gemv && swap_ab && num_tokens >= 1 && num_tokens <= most && sparse && lanes &&
       num_tokens <= decode_gemv_max_tokens(spec) && decode_gemv_supported(spec, arch))
     return decode_gemv_config();
   // GEMM1 with a gated activation carries gate and up accumulators: half the columns per tile.

@@ -92,6 +92,9 @@ struct MoeTileConfig {
 MoeTileConfig decode_gemv_config();
 bool decode_gemv_supported(const MoeSpec& spec, const std::string& arch = "");
 int decode_gemv_max_tokens(const MoeSpec& spec);
+// The share of the decode GEMV's thread steps that read a chunk, weighted by the weight bytes of
+// gemv1 (W1) and gemv2 (W2): rows of K (gemv1) and TOPK x N (gemv2) 16-byte chunks (moe_decode_lane_use).
+double decode_gemv_lane_use(const MoeSpec& spec);
 
 // The rule for GemmTile::work_queue = -1: quantized layers' 128-row tiles claim their items (same-run
 // A/Bs, H200, M = 2048 .. 8192: MXFP4 gpt-oss-120b -3..-6%, fp8_block DeepSeek-V3 TP8 -2.5..-4.4%,
@@ -139,6 +142,13 @@ constexpr int kGemvHeuristicWideTokens = 6;
 // lost on gpt-oss-120b-, DeepSeek-V2-Lite- and Qwen3-30B-A3B-shaped fp8_block layers (122.3-122.8 ->
 // 143.0-143.5, 65.9-66.1 -> 70.2-70.3, 53.5-53.7 -> 52.3-54.2).
 constexpr int kGemvHeuristicMaxTokensFp8 = 2;
+// fp8_block: the GEMV where its threads have a chunk to read in at least this share of its steps,
+// by weight bytes (decode_gemv_lane_use): its e4m3 products cost more instructions per byte than
+// the swap-AB kernel's, so idle lanes are lost issue slots. gpt-oss-120b-shaped fp8_block (K = 2880:
+// 180 chunks a W1 row, 76 of 256 threads idle; 0.78) ran M = 1 / 2 54.6 / 92.8 us on the GEMV and
+// 48.9 / 86.7 on swap-AB tiles; DeepSeek-V3 TP8 (0.92), Qwen3-30B-A3B (0.92) and DeepSeek-V2-Lite
+// (0.90) shapes keep the GEMV (H100, thirty-fifth session).
+constexpr double kGemvHeuristicMinLaneUseFp8 = 0.85;
 // A swap-AB tile (GemmTile::swap_ab), and whether the layer can run one for GEMM1 / GEMM2: the fast
 // reduce mode (its sums' order differs from the shared-memory kernel's) and a reduction length made
 // of whole 16-byte chunks of weights.

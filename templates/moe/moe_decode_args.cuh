@@ -57,6 +57,19 @@ struct MoeDecodeArgs {
   float alpha, limit;   // swigluoai / swiglustep
 };
 
+// Items (gemv1: a weight row of K; gemv2: a token's TOPK intermediate rows) of vec 16-byte chunks
+// a step reads side by side: several when one is at most half the CTA, a whole number of warps
+// each (else 1: threads past vec idle).
+MOEJIT_HOST_DEVICE constexpr int moe_decode_split_items(int vec) {
+  return vec % 32 == 0 && 2 * vec <= kMoeDecodeThreads && kMoeDecodeThreads % vec == 0 ? kMoeDecodeThreads / vec : 1;
+}
+// The share of a CTA's threads with a chunk to read in its steps over items of vec chunks (the
+// last step of a long row leaves the threads past its end idle; split items leave none).
+MOEJIT_HOST_DEVICE constexpr double moe_decode_lane_use(int vec) {
+  const int step = vec * moe_decode_split_items(vec), steps = (step + kMoeDecodeThreads - 1) / kMoeDecodeThreads;
+  return static_cast<double>(step) / (static_cast<double>(steps) * static_cast<int>(kMoeDecodeThreads));
+}
+
 // fp8_block: gemv1's CTAs quantize x while warps 0 .. tokens - 1 route (one token each) where the
 // spare warps need no more passes of kMoeDecodeQuantizeBatch groups than all warps would (one token of
 // DeepSeek-V3's 56 groups: 7 warps x 8 at once; two tokens on 6 warps were 2 us slower). Else the

@@ -62,12 +62,8 @@ __host__ __device__ constexpr int gemv2_min_ctas(int vec, int x) { return gemv2_
 __host__ __device__ constexpr int gemv2_budget(int vec, int x) {
   return gemv2_wide(vec, x) || gemv2_steps(vec) < 6 ? kChunks : 10;
 }
-// Items (gemv1: a weight row of K; gemv2: a token's TOPK intermediate rows) of vec chunks a step
-// reads side by side: several when one is at most half the CTA, a whole number of warps each (else
-// 1: threads past vec idle).
-__host__ __device__ constexpr int split_items(int vec) {
-  return vec % 32 == 0 && 2 * vec <= kThreads && kThreads % vec == 0 ? kThreads / vec : 1;
-}
+// Items of vec chunks a step reads side by side (moe_decode_split_items).
+__host__ __device__ constexpr int split_items(int vec) { return moe_decode_split_items(vec); }
 // The chunks one step spans (the Walk's VEC).
 __host__ __device__ constexpr int step_vec(int vec) { return vec * split_items(vec); }
 

@@ -303,6 +303,22 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   CHECK(heuristic_tile_config(fp8, 1, true, "sm_90a").gemv);
   CHECK(heuristic_tile_config(fp8, kGemvHeuristicMaxTokensFp8, true, "sm_90a").gemv);
   CHECK_FALSE(heuristic_tile_config(fp8, kGemvHeuristicMaxTokensFp8 + 1, true, "sm_90a").gemv);
+  // ... where its threads stay busy: rows of 128 / 384 16-byte chunks (Qwen3's K = 2048 split in two
+  // items a step; 8 x 768 in two steps of 256, 3/4 used), but not gpt-oss-120b's K = 2880 (180 of
+  // 256 threads a step).
+  CHECK(moe_decode_lane_use(128) == 1.0);
+  CHECK(moe_decode_lane_use(384) == 0.75);
+  CHECK(moe_decode_lane_use(180) == doctest::Approx(180.0 / 256));
+  CHECK(decode_gemv_lane_use(fp8) == doctest::Approx((2 * 1.0 + 0.75) / 3));
+  MoeSpec oss = fp8;
+  oss.num_experts = 128;
+  oss.top_k = 4;
+  oss.hidden = oss.intermediate = 2880;
+  oss.activation = kActSwigluOai;
+  CHECK(decode_gemv_lane_use(oss) < kGemvHeuristicMinLaneUseFp8);
+  CHECK_FALSE(heuristic_tile_config(oss, 1, true, "sm_90a").gemv);
+  oss.quant = kQuantNone;  // 16-bit weights keep the GEMV there
+  CHECK(heuristic_tile_config(oss, 1, true, "sm_90a").gemv);
   CHECK_FALSE(heuristic_tile_config(fp8, 1, true, "sm_80").gemv);
   // With the activation quantization kernel second: X once before gemv1 for the batches whose X the
   // GEMV's CTAs would not quantize beside their routing (MoeLayer::kernels_for takes it from there).
