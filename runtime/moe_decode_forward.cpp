@@ -95,7 +95,8 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   const long long items2 = static_cast<long long>(m) * spec_.hidden;
   k.gemv1->launch(stream, {grid(*k.gemv1, smem1, items1), 1, 1, kMoeDecodeThreads, 1, 1, smem1, x_first && dependent_launch},
                   a);
-  k.gemv2->launch(stream, {grid(*k.gemv2, smem2, items2), 1, 1, kMoeDecodeThreads, 1, 1, smem2, dependent_launch}, a);
+  const Kernel& gemv2 = m >= kMoeDecodeManyTokens ? *k.gemv2_many : *k.gemv2;
+  gemv2.launch(stream, {grid(gemv2, smem2, items2), 1, 1, kMoeDecodeThreads, 1, 1, smem2, dependent_launch}, a);
 }
 
 }  // namespace moejit

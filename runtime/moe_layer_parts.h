@@ -25,6 +25,7 @@ struct MoeLayer::Kernels {
   const Kernel* act_quant = nullptr;   // w8a8 only: activations -> e4m3 before each GEMM
   const Kernel* gemv1 = nullptr;       // the decode GEMV pair (config.gemv): nothing above is set then
   const Kernel* gemv2 = nullptr;
+  const Kernel* gemv2_many = nullptr;  // gemv2 for kMoeDecodeManyTokens tokens and more
   unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
   // Output columns per CTA and k per tile (block) of each GEMM, as its kernel spec says.
   int gemm1_block_n = 0, gemm1_block_k = 0, gemm2_block_n = 0, gemm2_block_k = 0;

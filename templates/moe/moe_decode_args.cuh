@@ -9,7 +9,9 @@
 namespace moejit {
 
 // Threads per CTA of both kernels; tokens one forward may have (one routing warp per token).
-enum : int { kMoeDecodeThreads = 256, kMoeDecodeMaxTokens = 8 };
+// kMoeDecodeManyTokens: from this many tokens the host launches gemv2_many (smaller batches of
+// split items) as gemv2.
+enum : int { kMoeDecodeThreads = 256, kMoeDecodeMaxTokens = 8, kMoeDecodeManyTokens = 4 };
 
 struct MoeDecodeArgs {
   // Routing. topk.logits non-null: every CTA picks the experts from the logits itself (its

@@ -444,13 +444,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   }
 }
 
+namespace moe_decode_detail {
+
+// gemv2's body; SPLIT_BATCH: split items per batch (the two gemv2 entries).
 template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
-          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
-__global__ void __launch_bounds__(kMoeDecodeThreads,
-                                      moe_decode_detail::gemv2_min_ctas(
-                                          moe_decode_detail::step_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
-                                          QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
-  using namespace moe_decode_detail;
+          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE, int SPLIT_BATCH>
+__device__ __forceinline__ void gemv2_body(const MoeDecodeArgs& a) {
   constexpr bool FP8 = QUANT == kQuantFp8Block;
   constexpr int EPC = FP8 ? 16 : 8;
   constexpr int GROUPS = (INTER + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
@@ -459,9 +458,9 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   // Items shorter than half the CTA (DeepSeek-V3 TP8 fp8: 128 chunks) take SPLIT items per step,
   // one per VEC threads, instead of leaving the threads past VEC idle.
   constexpr int SPLIT = split_items(VEC);
-  // Split items take batches of up to 10 (DeepSeek-V3 TP8's 18-19 items a CTA in one batch of 2 x
-  // 10: M = 1 / 2 28.3 / 49.0 -> 26.5 / 48.3 us on an H100); a whole-CTA item keeps 8 per batch.
-  using W = Walk<step_vec(VEC), 1, X, gemv2_budget(step_vec(VEC), X), (SPLIT > 1 ? 10 : 8)>;
+  // Split items take batches of up to SPLIT_BATCH (kernel entries gemv2 / gemv2_many); a whole-CTA
+  // item keeps 8 per batch.
+  using W = Walk<step_vec(VEC), 1, X, gemv2_budget(step_vec(VEC), X), (SPLIT > 1 ? SPLIT_BATCH : 8)>;
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G];
   extern __shared__ uint4 dynamic_smem[];  // fp8: intermediate quantized, as f16 [tokens * TOPK][INTER], then scales
@@ -564,6 +563,31 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
       static_cast<unsigned short*>(a.out)[t * a.ldo + col] = sm80::from_float<DTYPE>(v);
     }
   }
+}
+
+}  // namespace moe_decode_detail
+
+// Split items (DeepSeek-V3 TP8 fp8_block: 128 chunks) in batches of 10: its 18-19 items a CTA at
+// M = 1 in one batch of 2 x 10 (M = 1 / 2 28.3 / 49.0 -> 26.5 / 48.3 us on an H100).
+template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
+          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
+__global__ void __launch_bounds__(kMoeDecodeThreads,
+                                      moe_decode_detail::gemv2_min_ctas(
+                                          moe_decode_detail::step_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
+                                          QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
+  moe_decode_detail::gemv2_body<DTYPE, ACT, QUANT, TOPK, HIDDEN, INTER, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE, 10>(a);
+}
+
+// The same in batches of 8, for batches of kMoeDecodeManyTokens tokens and more (more items a CTA):
+// fp8_block DeepSeek-V3 TP8 M = 4 / 6 71.7-72.4 / 104.0-104.5 -> 70.1-70.2 / 100.6-100.8 us, but M =
+// 1 / 2 25.4-25.7 / 41.2-41.4 -> 27.2-27.5 / 42.2-42.6 (H100, thirty-fifth session).
+template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
+          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
+__global__ void __launch_bounds__(kMoeDecodeThreads,
+                                      moe_decode_detail::gemv2_min_ctas(
+                                          moe_decode_detail::step_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
+                                          QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_many_kernel(const MoeDecodeArgs a) {
+  moe_decode_detail::gemv2_body<DTYPE, ACT, QUANT, TOPK, HIDDEN, INTER, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE, 8>(a);
 }
 
 }  // namespace moejit
