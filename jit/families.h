@@ -33,6 +33,8 @@ struct EntryPoint {
   std::string kernel;                      // qualified function template: moejit::routing_count_kernel
   std::string args_type;                   // its single by-value argument: moejit::RoutingSortArgs (with
                                            // qualifiers as the template declares them)
+  std::string extra_args = {};             // template arguments after the family's, e.g. "8" (entries of one
+                                           // kernel template that differ in them); empty: none
 };
 
 struct FamilyInfo {

@@ -46,11 +46,12 @@ RenderedKernel render_kernel(const KernelSpec& spec, const TemplateStore& templa
   out.template_paths = templates.closure(f.header);
   std::string instantiations;
   for (const auto& e : f.entries) {
+    const std::string extra = e.extra_args.empty() ? "" : ", " + e.extra_args;
     instantiations += fmt::format(fmt::runtime(kInstantiationTemplate), fmt::arg("entry", e.name),
                                   fmt::arg("kernel", e.kernel),
-                                  fmt::arg("commented_args", fmt::join(commented_args, ", ")),
+                                  fmt::arg("commented_args", fmt::format("{}{}", fmt::join(commented_args, ", "), extra)),
                                   fmt::arg("args_type", e.args_type));
-    out.entries.push_back({e.name, fmt::format("{}<{}>", e.kernel, fmt::join(plain_args, ", "))});
+    out.entries.push_back({e.name, fmt::format("{}<{}{}>", e.kernel, fmt::join(plain_args, ", "), extra)});
   }
   out.source = fmt::format(fmt::runtime(kSourceTemplate), fmt::arg("version", MOEJIT_VERSION_STRING),
                            fmt::arg("family", f.name), fmt::arg("arch", spec.arch),

@@ -444,12 +444,18 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   }
 }
 
-namespace moe_decode_detail {
-
-// gemv2's body; SPLIT_BATCH: split items per batch (the two gemv2 entries).
+// SPLIT_BATCH: split items per batch (DeepSeek-V3 TP8 fp8_block: 128 chunks an item). Entry gemv2
+// takes 10: its 18-19 items a CTA at M = 1 in one batch of 2 x 10 (M = 1 / 2 28.3 / 49.0 -> 26.5 /
+// 48.3 us on an H100). Entry gemv2_many takes 8, launched from kMoeDecodeManyTokens tokens on (more
+// items a CTA): M = 4 / 6 71.7-72.4 / 104.0-104.5 -> 70.1-70.2 / 100.6-100.8 us, but M = 1 / 2
+// 25.4-25.7 / 41.2-41.4 -> 27.2-27.5 / 42.2-42.6 (H100, thirty-fifth session).
 template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
           int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE, int SPLIT_BATCH>
-__device__ __forceinline__ void gemv2_body(const MoeDecodeArgs& a) {
+__global__ void __launch_bounds__(kMoeDecodeThreads,
+                                      moe_decode_detail::gemv2_min_ctas(
+                                          moe_decode_detail::step_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
+                                          QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
+  using namespace moe_decode_detail;
   constexpr bool FP8 = QUANT == kQuantFp8Block;
   constexpr int EPC = FP8 ? 16 : 8;
   constexpr int GROUPS = (INTER + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
@@ -563,31 +569,6 @@ __device__ __forceinline__ void gemv2_body(const MoeDecodeArgs& a) {
       static_cast<unsigned short*>(a.out)[t * a.ldo + col] = sm80::from_float<DTYPE>(v);
     }
   }
-}
-
-}  // namespace moe_decode_detail
-
-// Split items (DeepSeek-V3 TP8 fp8_block: 128 chunks) in batches of 10: its 18-19 items a CTA at
-// M = 1 in one batch of 2 x 10 (M = 1 / 2 28.3 / 49.0 -> 26.5 / 48.3 us on an H100).
-template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
-          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
-__global__ void __launch_bounds__(kMoeDecodeThreads,
-                                      moe_decode_detail::gemv2_min_ctas(
-                                          moe_decode_detail::step_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
-                                          QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
-  moe_decode_detail::gemv2_body<DTYPE, ACT, QUANT, TOPK, HIDDEN, INTER, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE, 10>(a);
-}
-
-// The same in batches of 8, for batches of kMoeDecodeManyTokens tokens and more (more items a CTA):
-// fp8_block DeepSeek-V3 TP8 M = 4 / 6 71.7-72.4 / 104.0-104.5 -> 70.1-70.2 / 100.6-100.8 us, but M =
-// 1 / 2 25.4-25.7 / 41.2-41.4 -> 27.2-27.5 / 42.2-42.6 (H100, thirty-fifth session).
-template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
-          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
-__global__ void __launch_bounds__(kMoeDecodeThreads,
-                                      moe_decode_detail::gemv2_min_ctas(
-                                          moe_decode_detail::step_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
-                                          QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_many_kernel(const MoeDecodeArgs a) {
-  moe_decode_detail::gemv2_body<DTYPE, ACT, QUANT, TOPK, HIDDEN, INTER, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE, 8>(a);
 }
 
 }  // namespace moejit

@@ -60,6 +60,18 @@ TEST_CASE("rendered source: one include, one explicit instantiation per entry, n
   CHECK(r.entries.size() == 3);
   CHECK(r.entries[0].name_expression == "moejit::routing_count_kernel<6, 32, 256, 128>");
   CHECK(r.source.find("{") == r.source.find("{\"arch\""));  // the only brace is the spec JSON comment
+  // Entries of one kernel template that differ in trailing arguments (EntryPoint::extra_args).
+  RenderedKernel g = render_kernel(make_spec("moe_decode_gemv", "sm_90a",
+                                             {{"top_k", "8"}, {"hidden", "7168"}, {"intermediate", "256"},
+                                              {"num_experts", "256"}, {"quant", "fp8_block"}}),
+                                   store);
+  REQUIRE(g.entries.size() == 3);
+  CHECK(g.entries[1].name == "gemv2");
+  CHECK(g.entries[2].name == "gemv2_many");
+  CHECK(g.entries[1].name_expression.rfind("moejit::moe_decode_gemv2_kernel<", 0) == 0);
+  CHECK(g.entries[1].name_expression.substr(g.entries[1].name_expression.size() - 5) == ", 10>");
+  CHECK(g.entries[2].name_expression.substr(g.entries[2].name_expression.size() - 4) == ", 8>");
+  CHECK(g.source.find("/*LOGIT_DTYPE=*/moejit::kLogitBF16, 8>") != std::string::npos);
 }
 
 TEST_CASE("golden cache key: any change to the key function is deliberate") {
