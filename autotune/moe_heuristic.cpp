@@ -151,14 +151,14 @@ MoeTileConfig decode_gemv_config() {
 
 bool decode_gemv_supported(const MoeSpec& spec, const std::string& arch) {
   const bool fp8 = spec.quant == kQuantFp8Block;
-  const int chunk = fp8 ? 16 : 8;  // elements per 16-byte load
+  const int chunk = moe_decode_chunk_elements(spec.quant);
   return spec.fused && spec.reduce == ReduceMode::Fast && (spec.quant == kQuantNone || fp8) &&
          (!fp8 || arch.empty() || arch_has_fp8_mma(arch)) && spec.hidden % chunk == 0 && spec.intermediate % chunk == 0 &&
          decode_gemv_max_tokens(spec) >= 1;
 }
 
 double decode_gemv_lane_use(const MoeSpec& spec) {
-  const int chunk = spec.quant == kQuantFp8Block ? 16 : 8;  // elements per 16-byte load
+  const int chunk = moe_decode_chunk_elements(spec.quant);
   const double rows1 = activation_is_gated(spec.activation) ? 2.0 : 1.0;  // W1 rows per intermediate column
   const double use1 = moe_decode_lane_use(spec.hidden / chunk);
   const double use2 = moe_decode_lane_use(spec.top_k * spec.intermediate / chunk);

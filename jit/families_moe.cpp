@@ -454,7 +454,7 @@ FamilyInfo moe_decode_gemv_family() {
     if (quant == kQuantFp8Block && !arch_has_fp8_mma(s.arch))
       throw Error(Phase::Validate, fmt::format("moe_decode_gemv: fp8_block needs e4m3 conversions (sm_89 or newer), not {}",
                                                s.arch));
-    const std::int64_t chunk = quant == kQuantFp8Block ? 16 : 8;  // elements per 16-byte load
+    const std::int64_t chunk = moe_decode_chunk_elements(quant);
     for (const char* name : {"hidden", "intermediate"})
       if (s.get_int(name) % chunk != 0)
         throw Error(Phase::Validate, fmt::format("moe_decode_gemv: {} = {} is not a multiple of {} (16-byte loads)", name,

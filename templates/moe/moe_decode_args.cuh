@@ -59,6 +59,8 @@ struct MoeDecodeArgs {
   float alpha, limit;   // swigluoai / swiglustep
 };
 
+// Weights per 16-byte load of the GEMV's rows: e4m3 (fp8_block) or 16-bit.
+MOEJIT_HOST_DEVICE constexpr int moe_decode_chunk_elements(int quant) { return quant == kQuantFp8Block ? 16 : 8; }
 // Items (gemv1: a weight row of K; gemv2: a token's TOPK intermediate rows) of vec 16-byte chunks
 // a step reads side by side: several when one is at most half the CTA, a whole number of warps
 // each (else 1: threads past vec idle).

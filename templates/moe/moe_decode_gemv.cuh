@@ -177,6 +177,13 @@ __device__ inline void cta_items(long long total, int& begin, int& end) {
   begin = static_cast<int>(blockIdx.x * total / gridDim.x);
   end = static_cast<int>((blockIdx.x + 1) * total / gridDim.x);
 }
+// The tokens of items [begin, end) of per_token items each: first and how many (at least one). Each
+// kernel quantizes or loads only these tokens' rows (every CTA doing every token's was M times
+// the work at M tokens).
+__device__ inline void cta_tokens(int begin, int end, int per_token, int& first, int& count) {
+  first = begin / per_token;
+  count = (max(end, begin + 1) - 1) / per_token - first + 1;
+}
 
 // The routing both kernels share: local expert (-1 = dropped), global id and weight of every
 // routed slot, in shared memory. Warp t routes token t.
@@ -329,11 +336,10 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
   if (!prequantized) route_tokens();
   if constexpr (FP8) {
-    // The x rows of this CTA's tokens alone (its items are consecutive: one token, or a few), kept
-    // at their tokens' places in xq / xs.
-    int begin, end;
+    // The x rows of this CTA's tokens alone (cta_tokens), kept at their tokens' places in xq / xs.
+    int begin, end, first, rows;
     cta_items(static_cast<long long>(a.num_tokens) * TOPK * INTER, begin, end);
-    const int first = begin / (TOPK * INTER), rows = (max(end, begin + 1) - 1) / (TOPK * INTER) - first + 1;
+    cta_tokens(begin, end, TOPK * INTER, first, rows);
     unsigned short* q = xq + first * HIDDEN;
     float* qs = const_cast<float*>(xs) + first * GROUPS;
     if (prequantized) {
@@ -493,11 +499,11 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   pdl::wait();
   const unsigned short* inter = static_cast<const unsigned short*>(a.inter);
   if constexpr (FP8) {  // dropped slots' rows are never read below
-    // The intermediate rows of this CTA's tokens alone (its items are consecutive columns of one
-    // token, or of a few), kept at their tokens' places in iq / is: every CTA quantizing every
-    // token's rows was M times the work at M tokens.
-    const int first = begin / HIDDEN, rows = ((max(end, begin + 1) - 1) / HIDDEN - first + 1) * TOPK;
-    quantize_rows<DTYPE>(inter + static_cast<long long>(first) * TOPK * INTER, INTER, rows, INTER,
+    // The intermediate rows of this CTA's tokens alone (cta_tokens), kept at their tokens' places
+    // in iq / is.
+    int first, tokens;
+    cta_tokens(begin, end, HIDDEN, first, tokens);
+    quantize_rows<DTYPE>(inter + static_cast<long long>(first) * TOPK * INTER, INTER, tokens * TOPK, INTER,
                          iq + first * TOPK * INTER, const_cast<float*>(is) + first * TOPK * GROUPS);
     __syncthreads();
   }
