@@ -35,6 +35,9 @@ struct EntryPoint {
                                            // qualifiers as the template declares them)
   std::string extra_args = {};             // template arguments after the family's, e.g. "8" (entries of one
                                            // kernel template that differ in them); empty: none
+  // Whether a spec instantiates this entry (empty: every spec). An entry that would be the same
+  // code as another for some specs is left out there: NVRTC compiles it once.
+  std::function<bool(const KernelSpec&)> wanted = {};
 };
 
 struct FamilyInfo {

@@ -442,9 +442,14 @@ FamilyInfo moe_decode_gemv_family() {
     if (p.name != "top_k" && p.name != "warps") f.params.push_back(p);
   f.params.push_back(derived_int("threads", "", "threads per CTA"));
   f.entries = {{"gemv1", "moejit::moe_decode_gemv1_kernel", "moejit::MoeDecodeArgs"},
-               // gemv2 in batches of 10 split items, or of 8 (from kMoeDecodeManyTokens tokens on)
+               // gemv2 in batches of 10 split items, or of 8 (from kMoeDecodeManyTokens tokens on);
+               // without split items the batch size changes nothing: gemv2 alone
                {"gemv2", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "10"},
-               {"gemv2_many", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "8"}};
+               {"gemv2_many", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "8",
+                [](const KernelSpec& s) {
+                  return moe_decode_gemv2_splits(parse_quant(s.get_string("quant")), static_cast<int>(s.get_int("top_k")),
+                                                 static_cast<int>(s.get_int("intermediate")));
+                }}};
   f.derive = [](KernelSpec& s) {
     derive_topk_selection(s, "moe_decode_gemv");
     const int quant = parse_quant(s.get_string("quant"));

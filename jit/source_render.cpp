@@ -46,6 +46,7 @@ RenderedKernel render_kernel(const KernelSpec& spec, const TemplateStore& templa
   out.template_paths = templates.closure(f.header);
   std::string instantiations;
   for (const auto& e : f.entries) {
+    if (e.wanted && !e.wanted(spec)) continue;
     const std::string extra = e.extra_args.empty() ? "" : ", " + e.extra_args;
     instantiations += fmt::format(fmt::runtime(kInstantiationTemplate), fmt::arg("entry", e.name),
                                   fmt::arg("kernel", e.kernel),

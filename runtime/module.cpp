@@ -125,6 +125,11 @@ const Kernel& Module::kernel(const std::string& name) const {
   return it->second;
 }
 
+const Kernel* Module::find_kernel(const std::string& name) const {
+  auto it = kernels_.find(name);
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
 std::vector<std::string> Module::kernel_names() const {
   std::vector<std::string> out;
   for (const auto& [name, k] : kernels_) out.push_back(name);

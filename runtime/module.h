@@ -77,6 +77,7 @@ class Module {
   Module& operator=(const Module&) = delete;
 
   const Kernel& kernel(const std::string& name) const;  // throws Error(Load) naming known entries
+  const Kernel* find_kernel(const std::string& name) const;  // null where the module has none of that name
   std::vector<std::string> kernel_names() const;
 
  private:

@@ -13,6 +13,14 @@
 
 namespace moejit {
 
+void MoeLayer::Kernels::bind_decode_gemv(const Module& gemv) {
+  gemv1 = &gemv.kernel("gemv1");
+  gemv2 = &gemv.kernel("gemv2");
+  // Layers whose gemv2 items are not split have no gemv2_many (moe_decode_gemv2_splits): the same code.
+  const Kernel* many = gemv.find_kernel("gemv2_many");
+  gemv2_many = many != nullptr ? many : gemv2;
+}
+
 void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m, const Kernels& k) {
   MOEJIT_REQUIRE(m <= decode_gemv_max_tokens(spec_),
                  "moe: tile config gemv (the decode GEMV) takes at most {} tokens per forward of this layer, not {}",

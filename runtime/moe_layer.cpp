@@ -119,7 +119,7 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool
   for (const auto& s : specs) k->modules.push_back(runtime_.load(s));
   if (config.gemv) {
     const Module& gemv = *k->modules[0];
-    k->gemv1 = &gemv.kernel("gemv1"), k->gemv2 = &gemv.kernel("gemv2"), k->gemv2_many = &gemv.kernel("gemv2_many");
+    k->bind_decode_gemv(gemv);
     if (spec_.quant == kQuantFp8Block) {  // X quantized once where the GEMV's CTAs would not overlap it (forward_decode)
       k->act_quant = &k->modules[1]->kernel("quantize");
       k->elementwise_threads = unsigned(specs[1].get_int("threads"));

@@ -26,6 +26,7 @@ struct MoeLayer::Kernels {
   const Kernel* gemv1 = nullptr;       // the decode GEMV pair (config.gemv): nothing above is set then
   const Kernel* gemv2 = nullptr;
   const Kernel* gemv2_many = nullptr;  // gemv2 for kMoeDecodeManyTokens tokens and more
+  void bind_decode_gemv(const Module& gemv);  // the three above from the decode GEMV's module
   unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
   // Output columns per CTA and k per tile (block) of each GEMM, as its kernel spec says.
   int gemm1_block_n = 0, gemm1_block_k = 0, gemm2_block_n = 0, gemm2_block_k = 0;

@@ -67,6 +67,16 @@ MOEJIT_HOST_DEVICE constexpr int moe_decode_chunk_elements(int quant) { return q
 MOEJIT_HOST_DEVICE constexpr int moe_decode_split_items(int vec) {
   return vec % 32 == 0 && 2 * vec <= kMoeDecodeThreads && kMoeDecodeThreads % vec == 0 ? kMoeDecodeThreads / vec : 1;
 }
+// gemv2's items (an output element of a token: its TOPK intermediate rows) in 16-byte chunks, and
+// whether they are split (then its batch size, the kernel's SPLIT_BATCH, matters: the host launches
+// gemv2_many from kMoeDecodeManyTokens tokens on; else both entries would be the same code, and
+// gemv2_many is not instantiated).
+MOEJIT_HOST_DEVICE constexpr int moe_decode_gemv2_vec(int quant, int top_k, int inter) {
+  return top_k * inter / moe_decode_chunk_elements(quant);
+}
+MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv2_splits(int quant, int top_k, int inter) {
+  return moe_decode_split_items(moe_decode_gemv2_vec(quant, top_k, inter)) > 1;
+}
 // The share of a CTA's threads with a chunk to read in its steps over items of vec chunks (the
 // last step of a long row leaves the threads past its end idle; split items leave none).
 MOEJIT_HOST_DEVICE constexpr double moe_decode_lane_use(int vec) {

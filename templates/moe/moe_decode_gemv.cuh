@@ -459,13 +459,13 @@ template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NU
           int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE, int SPLIT_BATCH>
 __global__ void __launch_bounds__(kMoeDecodeThreads,
                                       moe_decode_detail::gemv2_min_ctas(
-                                          moe_decode_detail::step_vec(TOPK * INTER / (QUANT == kQuantFp8Block ? 16 : 8)),
+                                          moe_decode_detail::step_vec(moe_decode_gemv2_vec(QUANT, TOPK, INTER)),
                                           QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
   constexpr bool FP8 = QUANT == kQuantFp8Block;
   constexpr int EPC = FP8 ? 16 : 8;
   constexpr int GROUPS = (INTER + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
-  constexpr int VEC = TOPK * INTER / EPC;  // 16-byte chunks of a token's intermediate rows
+  constexpr int VEC = moe_decode_gemv2_vec(QUANT, TOPK, INTER);  // 16-byte chunks of a token's intermediate rows
   constexpr int X = FP8 ? 2 : 1;
   // Items shorter than half the CTA (DeepSeek-V3 TP8 fp8: 128 chunks) take SPLIT items per step,
   // one per VEC threads, instead of leaving the threads past VEC idle.

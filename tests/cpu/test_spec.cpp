@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "jit/families.h"
 #include "jit/source_render.h"
+#include "templates/moe/moe_decode_args.cuh"
 #include "support/test_support.h"
 
 using namespace moejit;
@@ -72,6 +73,19 @@ TEST_CASE("rendered source: one include, one explicit instantiation per entry, n
   CHECK(g.entries[1].name_expression.substr(g.entries[1].name_expression.size() - 5) == ", 10>");
   CHECK(g.entries[2].name_expression.substr(g.entries[2].name_expression.size() - 4) == ", 8>");
   CHECK(g.source.find("/*LOGIT_DTYPE=*/moejit::kLogitBF16, 8>") != std::string::npos);
+  // An entry a spec does not want (EntryPoint::wanted) is not instantiated: without split gemv2
+  // items (bf16 8 x 768: 768 chunks an item) gemv2_many would be gemv2's code again.
+  RenderedKernel b = render_kernel(make_spec("moe_decode_gemv", "sm_90a",
+                                             {{"top_k", "8"}, {"hidden", "2048"}, {"intermediate", "768"},
+                                              {"num_experts", "128"}}),
+                                   store);
+  REQUIRE(b.entries.size() == 2);
+  CHECK(b.entries[0].name == "gemv1");
+  CHECK(b.entries[1].name == "gemv2");
+  CHECK(b.source.find("gemv2_many") == std::string::npos);
+  CHECK(b.source.find("moe_decode_gemv2_kernel<") != std::string::npos);
+  CHECK_FALSE(moe_decode_gemv2_splits(kQuantNone, 8, 768));
+  CHECK(moe_decode_gemv2_splits(kQuantFp8Block, 8, 256));  // DeepSeek-V3 TP8: 128 chunks an item
 }
 
 TEST_CASE("golden cache key: any change to the key function is deliberate") {
