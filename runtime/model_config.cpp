@@ -87,13 +87,26 @@ void parse_quantization(const nlohmann::json& q, ModelMoeConfig& m) {
     }
   } else if (method == "gptq" || method == "awq") {
     const int bits = q.value("bits", q.value("w_bit", 4));
-    if (bits != 4)
-      throw Error(Phase::Validate, fmt::format("model config: {} with {} bits (int4_group takes 4)", method, bits));
     // Act-order GPTQ: a column's scale group is g_idx[k], not k / group_size; the kernels read
     // consecutive k per group (no g_idx, no column permutation), so it is refused, not misread.
     if (method == "gptq" && q.value("desc_act", false))
       throw Error(Phase::Validate, "model config: gptq with desc_act (act-order: scale groups by g_idx, not by "
                                    "consecutive k) is not supported; quantize without act-order");
+    // 8-bit GPTQ, symmetric with one scale per output column (group_size -1): int8_channel (its
+    // weights are the codes - 128, prepack_gptq_int8). Groups or zero points have no int8 format.
+    if (method == "gptq" && bits == 8) {
+      const int group = q.value("group_size", 128);
+      if (group != -1 || !q.value("sym", true))
+        throw Error(Phase::Validate,
+                    fmt::format("model config: gptq with 8 bits, group_size {}{}: moejit's int8 experts (int8_channel) "
+                                "take one scale per output column and no zero points (group_size -1, sym true)",
+                                group, q.value("sym", true) ? "" : ", sym false"));
+      m.quant = "int8_channel";
+      return;
+    }
+    if (bits != 4)
+      throw Error(Phase::Validate, fmt::format("model config: {} with {} bits (int4_group takes 4{})", method, bits,
+                                               method == "gptq" ? "; int8_channel 8 with group_size -1 and sym" : ""));
     m.quant = "int4_group";
     m.quant_group = q.value("group_size", q.value("q_group_size", 128));
     m.quant_zero_points = method == "awq" ? q.value("zero_point", true) : !q.value("sym", true);

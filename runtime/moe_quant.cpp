@@ -299,6 +299,30 @@ Int4Prepacked prepack_gptq_int4(const std::uint32_t* qweight, const std::uint16_
   return p;
 }
 
+Int8Prepacked prepack_gptq_int8(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
+                                std::int64_t in, std::int64_t out, int scale_dtype_code, int zero_offset) {
+  MOEJIT_REQUIRE(in > 0 && out > 0 && in % 4 == 0 && out % 4 == 0,
+                 "prepack_gptq_int8: in_features = {} and out_features = {} must be positive multiples of 4", in, out);
+  MOEJIT_REQUIRE(scale_dtype_code == 0 || scale_dtype_code == 1,
+                 "prepack_gptq_int8: scale_dtype_code {} is not 0 (bf16) or 1 (f16)", scale_dtype_code);
+  Int8Prepacked p;
+  p.weights.resize(out * in);
+  p.scales.resize(out);
+  for (std::int64_t n = 0; n < out; ++n) {
+    if (qzeros) {  // int8_channel has no zero points: symmetric checkpoints only
+      const int z = static_cast<int>((qzeros[n / 4] >> (8 * (n % 4))) & 0xffu) + zero_offset;
+      MOEJIT_REQUIRE(z == 128, "prepack_gptq_int8: column {} has zero point {}, not 128 (int8_channel is symmetric)", n, z);
+    }
+    p.scales[n] = half_bits_to_float(scales[n], scale_dtype_code);
+    for (std::int64_t w = 0; w < in / 4; ++w) {
+      const std::uint32_t word = qweight[w * out + n];
+      for (int b = 0; b < 4; ++b)
+        p.weights[n * in + w * 4 + b] = static_cast<std::int8_t>(static_cast<int>((word >> (8 * b)) & 0xffu) - 128);
+    }
+  }
+  return p;
+}
+
 Int4Prepacked prepack_awq_int4(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
                                std::int64_t in, std::int64_t out, int group) {
   MOEJIT_REQUIRE(in > 0 && out > 0 && in % 8 == 0 && out % 8 == 0,

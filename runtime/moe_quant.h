@@ -75,6 +75,18 @@ struct Int4Prepacked {
 };
 Int4Prepacked prepack_gptq_int4(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
                                 std::int64_t in_features, std::int64_t out_features, int group, int zero_offset);
+// 8-bit GPTQ, symmetric, one scale per output column (group_size -1) -> int8_channel:
+//   qweight u32 [in / 4, out]: 4 consecutive k per word, k ascending from the low byte; scales
+//   16-bit [1, out] (dtype_code 0 bf16, 1 f16); qzeros u32 [1, out / 4] or null: every zero point
+//   must be 128 (stored as 128 - zero_offset), w = (q - 128) * scale.
+// moejit's layout: weights i8 [out, in] (q - 128), fp32 scales [out]. One pass on the host.
+struct Int8Prepacked {
+  std::vector<std::int8_t> weights;  // [out, in]
+  std::vector<float> scales;         // [out]
+};
+Int8Prepacked prepack_gptq_int8(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
+                                std::int64_t in_features, std::int64_t out_features, int scale_dtype_code,
+                                int zero_offset);
 // AWQ (GEMM layout) -> int4_group: qweight u32 [in, out / 8] and qzeros u32 [in / group, out / 8]
 // pack 8 output columns per word, nibble i holding column 8j + {0, 2, 4, 6, 1, 3, 5, 7}[i]; scales
 // 16-bit [in / group, out]; w = (q - zero) * scale. Same output layout and cost as the GPTQ one.

@@ -296,6 +296,32 @@ TEST_CASE("quant: GPTQ int4 checkpoints prepack into the int4_group layout") {
   CHECK(prepack_gptq_int4(qweight.data(), scales.data(), nullptr, in, out, group, 0).zeros.empty());
 }
 
+TEST_CASE("quant: symmetric per-column 8-bit GPTQ checkpoints prepack into the int8_channel layout") {
+  const std::int64_t in = 24, out = 8;
+  std::vector<std::uint32_t> qweight(in / 4 * out), qzeros(out / 4, 0x7f7f7f7fu);  // v1: zero 128 stored as 127
+  std::vector<std::uint16_t> scales(out);
+  std::uint32_t x = 777;
+  auto next = [&] { return x = x * 1664525u + 1013904223u; };
+  for (auto& w : qweight) w = next();
+  for (auto& sc : scales) sc = float_to_bf16_bits(0.02f + float(next() % 64) * 1e-3f);
+  const Int8Prepacked p = prepack_gptq_int8(qweight.data(), scales.data(), qzeros.data(), in, out, 0, 1);
+  REQUIRE(p.weights.size() == std::size_t(in * out));
+  for (std::int64_t n = 0; n < out; ++n) {
+    CHECK(p.scales[n] == bf16_bits_to_float(scales[n]));
+    for (std::int64_t k = 0; k < in; ++k) {
+      const int q_gptq = static_cast<int>((qweight[(k / 4) * out + n] >> (8 * (k % 4))) & 255u);
+      INFO("n " << n << " k " << k);
+      CHECK(int(p.weights[n * in + k]) == q_gptq - 128);  // GPTQ: (q - 128) * s; int8_channel: w * s
+    }
+  }
+  CHECK(prepack_gptq_int8(qweight.data(), scales.data(), nullptr, in, out, 0, 1).weights == p.weights);
+  qzeros[1] = 0x7f7f807fu;  // column 5 (word 1, byte 1) at zero point 129
+  CHECK_THROWS_WITH_AS(prepack_gptq_int8(qweight.data(), scales.data(), qzeros.data(), in, out, 0, 1),
+                       doctest::Contains("column 5 has zero point 129"), Error);
+  CHECK_THROWS_WITH_AS(prepack_gptq_int8(qweight.data(), scales.data(), nullptr, 22, out, 0, 1),
+                       doctest::Contains("multiples of 4"), Error);
+}
+
 TEST_CASE("quant: prepacked MXFP4 words decode pair by pair to the checkpoint's values") {
   // The stored positions are a permutation of the word's 32 bits.
   unsigned seen = 0;
@@ -367,7 +393,15 @@ TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
                        Error);
   CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "fp8", "weight_block_size": [64, 64]})"),
                        doctest::Contains("is not [128, 128]"), Error);
-  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "gptq", "bits": 8})"), doctest::Contains("8 bits"), Error);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "gptq", "bits": 8})"), doctest::Contains("8 bits, group_size 128"),
+                       Error);
+  // 8-bit GPTQ with one symmetric scale per output column is int8_channel; other 8-bit forms are refused.
+  CHECK(spec_of(R"({"quant_method": "gptq", "bits": 8, "group_size": -1, "sym": true})").quant == kQuantInt8Channel);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "gptq", "bits": 8, "group_size": -1, "sym": false})"),
+                       doctest::Contains("sym false"), Error);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "gptq", "bits": 3})"), doctest::Contains("3 bits"), Error);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "awq", "bits": 8})"), doctest::Contains("8 bits (int4_group takes 4)"),
+                       Error);
   // No quantization_config: 16-bit experts, as before.
   nlohmann::json plain = {{"model_type", "qwen3_moe"}, {"num_experts", 128}, {"num_experts_per_tok", 8},
                           {"hidden_size", 2048}, {"moe_intermediate_size", 768}};
