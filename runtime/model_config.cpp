@@ -7,6 +7,7 @@
 #include "common/files.h"
 #include "jit/families.h"
 #include "jit/moe_names.h"
+#include "runtime/model_quant_config.h"
 #include "runtime/moe_layer.h"
 
 namespace moejit {
@@ -71,51 +72,6 @@ std::string single_input_activation(const std::string& act) {
                                              act));
   return single;
 }
-void parse_quantization(const nlohmann::json& q, ModelMoeConfig& m) {
-  const std::string method = q.value("quant_method", std::string());
-  if (method == "mxfp4") {
-    m.quant = "mxfp4";
-  } else if (method == "fp8") {
-    const auto block = q.value("weight_block_size", std::vector<int>{});
-    if (!block.empty()) {
-      if (block != std::vector<int>{kQuantFp8BlockSize, kQuantFp8BlockSize})
-        throw Error(Phase::Validate, fmt::format("model config: fp8 weight_block_size [{}] is not [128, 128]",
-                                                 fmt::join(block, ", ")));
-      m.quant = "fp8_block";
-    } else {
-      m.quant = q.value("activation_scheme", std::string("dynamic")) == "static" ? "fp8_tensor" : "fp8_channel";
-    }
-  } else if (method == "gptq" || method == "awq") {
-    const int bits = q.value("bits", q.value("w_bit", 4));
-    // Act-order GPTQ: a column's scale group is g_idx[k], not k / group_size; the kernels read
-    // consecutive k per group (no g_idx, no column permutation), so it is refused, not misread.
-    if (method == "gptq" && q.value("desc_act", false))
-      throw Error(Phase::Validate, "model config: gptq with desc_act (act-order: scale groups by g_idx, not by "
-                                   "consecutive k) is not supported; quantize without act-order");
-    // 8-bit GPTQ, symmetric with one scale per output column (group_size -1): int8_channel (its
-    // weights are the codes - 128, prepack_gptq_int8). Groups or zero points have no int8 format.
-    if (method == "gptq" && bits == 8) {
-      const int group = q.value("group_size", 128);
-      if (group != -1 || !q.value("sym", true))
-        throw Error(Phase::Validate,
-                    fmt::format("model config: gptq with 8 bits, group_size {}{}: moejit's int8 experts (int8_channel) "
-                                "take one scale per output column and no zero points (group_size -1, sym true)",
-                                group, q.value("sym", true) ? "" : ", sym false"));
-      m.quant = "int8_channel";
-      return;
-    }
-    if (bits != 4)
-      throw Error(Phase::Validate, fmt::format("model config: {} with {} bits (int4_group takes 4{})", method, bits,
-                                               method == "gptq" ? "; int8_channel 8 with group_size -1 and sym" : ""));
-    m.quant = "int4_group";
-    m.quant_group = q.value("group_size", q.value("q_group_size", 128));
-    m.quant_zero_points = method == "awq" ? q.value("zero_point", true) : !q.value("sym", true);
-  } else {
-    throw Error(Phase::Validate, fmt::format("model config: quantization_config quant_method '{}' is not supported "
-                                             "(mxfp4, fp8, gptq, awq)", method));
-  }
-}
-
 // DBRX keeps its experts under ffn_config (moe_num_experts, moe_top_k, ffn_hidden_size, ffn_act_fn)
 // and the width as d_model: the same fields under the names the other configs use. Its router
 // divides the top-k weights by their L1 norm (moe_normalize_expert_weights = 1: a renormalization);
@@ -207,7 +163,12 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
     m.renormalize = false;
     m.weight_on_input = true;
   }
-  if (auto* q = first_of(root, {"quantization_config"}); q && q->is_object()) parse_quantization(*q, m);
+  if (auto* q = first_of(root, {"quantization_config"}); q && q->is_object()) {
+    const ExpertQuant e = expert_quant_from_config(*q);
+    m.quant = e.quant;
+    m.quant_group = e.group;
+    m.quant_zero_points = e.zero_points;
+  }
   parse_scoring(m.scoring);  // an unknown scoring_func or activation is an error here, not at the first forward
   parse_activation(m.activation);
   if (m.top_k > m.num_experts)

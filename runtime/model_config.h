@@ -36,10 +36,8 @@ struct ModelMoeConfig {
   std::string dtype = "bfloat16";
   bool expert_bias = false;         // gpt-oss: fp32 biases on both expert projections
   bool weight_on_input = false;     // Llama-4: the router weight scales the expert input
-  // Expert weight format from quantization_config (docs/quantization.md): quant_method mxfp4 ->
-  // mxfp4; fp8 with weight_block_size [128, 128] -> fp8_block, else activation_scheme static ->
-  // fp8_tensor, dynamic -> fp8_channel; gptq / awq with bits 4 -> int4_group (group_size; zero points
-  // unless sym). Anything else is an error naming the method.
+  // Expert weight format from quantization_config (model_quant_config.h, docs/quantization.md):
+  // mxfp4, fp8, gptq, awq, compressed-tensors, fbgemm_fp8; anything else is an error naming it.
   std::string quant = "none";
   int quant_group = 128;
   bool quant_zero_points = false;

@@ -402,6 +402,54 @@ TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
   CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "gptq", "bits": 3})"), doctest::Contains("3 bits"), Error);
   CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "awq", "bits": 8})"), doctest::Contains("8 bits (int4_group takes 4)"),
                        Error);
+  // compressed-tensors (llm-compressor): the group's weight and input-activation arguments.
+  auto ct = [&](const char* weights, const char* acts) {
+    return spec_of(fmt::format(R"({{"quant_method": "compressed-tensors", "format": "float-quantized",
+                                   "config_groups": {{"group_0": {{"targets": ["Linear"], "weights": {},
+                                   "input_activations": {}}}}}, "ignore": ["lm_head"]}})",
+                               weights, acts)
+                       .c_str());
+  };
+  const char* fp8_token = R"({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true, "symmetric": true})";
+  CHECK(ct(R"({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false})", fp8_token)
+            .quant == kQuantFp8Channel);
+  CHECK(ct(R"({"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": true})", fp8_token).quant ==
+        kQuantFp8Channel);
+  CHECK(ct(R"({"num_bits": 8, "type": "float", "strategy": "tensor"})",
+           R"({"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false})")
+            .quant == kQuantFp8Tensor);
+  CHECK(ct(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]})",
+           R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": true})")
+            .quant == kQuantFp8Block);
+  const MoeSpec w4 = ct(R"({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64, "symmetric": false})",
+                        "null");
+  CHECK(w4.quant == kQuantInt4Group);
+  CHECK(w4.quant_group == 64);
+  CHECK(w4.quant_zero_points);
+  CHECK(ct(R"({"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": true})", "null").quant ==
+        kQuantInt8Channel);
+  CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 8, "type": "float", "strategy": "channel"})", "null"),
+                       doctest::Contains("w8a16"), Error);
+  CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 8, "type": "float", "strategy": "channel"})",
+                          R"({"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false})"),
+                       doctest::Contains("static activations per tensor: no moejit format"), Error);
+  CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]})",
+                          fp8_token),
+                       doctest::Contains("per token per 128 k"), Error);
+  CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16})",
+                          R"({"num_bits": 4, "type": "float", "strategy": "tensor_group", "dynamic": "local"})"),
+                       doctest::Contains("NVFP4"), Error);
+  CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 8, "type": "int", "strategy": "channel"})",
+                          R"({"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true})"),
+                       doctest::Contains("weight-only"), Error);
+  CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128, "actorder": "group"})",
+                          "null"),
+                       doctest::Contains("actorder 'group'"), Error);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "compressed-tensors", "config_groups": {
+                                    "a": {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}},
+                                    "b": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}})"),
+                       doctest::Contains("quantize differently"), Error);
+  CHECK(spec_of(R"({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0})").quant == kQuantFp8Channel);
   // No quantization_config: 16-bit experts, as before.
   nlohmann::json plain = {{"model_type", "qwen3_moe"}, {"num_experts", 128}, {"num_experts_per_tok", 8},
                           {"hidden_size", 2048}, {"moe_intermediate_size", 768}};
