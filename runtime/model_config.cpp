@@ -111,8 +111,9 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   const nlohmann::json& j = root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
   ModelMoeConfig m;
   m.model_type = root.value("model_type", std::string("unknown"));
-  m.num_experts = required_int(j, {"num_local_experts", "n_routed_experts", "num_experts"});
-  m.top_k = required_int(j, {"num_experts_per_tok", "moe_topk", "top_k"});
+  // ERNIE-4.5's moe_num_experts / moe_k: the same fields under its own names.
+  m.num_experts = required_int(j, {"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"});
+  m.top_k = required_int(j, {"num_experts_per_tok", "moe_topk", "top_k", "moe_k"});
   m.hidden = required_int(j, {"hidden_size"});
   m.intermediate = required_int(j, {"moe_intermediate_size", "intermediate_size"});
   if (m.model_type == "phimoe")  // its router is not a top-k of scores: no silent stand-in

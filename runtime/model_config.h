@@ -1,5 +1,5 @@
 // The MoE part of a Hugging Face config.json (Mixtral, Qwen2/Qwen3-MoE, DeepSeek-V2/V3/V4, gpt-oss,
-// Llama-4, GLM-4.5, Jamba, Nemotron-H, DBRX's ffn_config, ...): experts, top_k, sizes and the
+// Llama-4, GLM-4.5, Jamba, Nemotron-H, ERNIE-4.5, DBRX's ffn_config, ...): experts, top_k, sizes and the
 // routing rule, with errors that name the missing field. Rules a model's code implies rather than
 // its config states are set by model_type (gpt-oss, Llama-4, GLM-4.5 and Nemotron-H sigmoid scores,
 // Jamba without renormalization); a router moejit does not implement (phimoe's sparsemixer) is an
@@ -20,8 +20,8 @@ namespace moejit {
 
 struct ModelMoeConfig {
   std::string model_type;
-  int num_experts = 0;   // num_local_experts / n_routed_experts / num_experts
-  int top_k = 0;         // num_experts_per_tok
+  int num_experts = 0;   // num_local_experts / n_routed_experts / num_experts / moe_num_experts
+  int top_k = 0;         // num_experts_per_tok / moe_topk / top_k / moe_k
   int hidden = 0;        // hidden_size (K)
   int intermediate = 0;  // moe_intermediate_size, else intermediate_size (N)
   std::string scoring = "softmax";  // scoring_func (or score_function)

@@ -453,6 +453,14 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
   CHECK(spec_of(R"({"model_type":"qwen3_moe","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
                     "moe_intermediate_size":64,"quantization_config":{"quant_method":"gptq","bits":4,
                     "group_size":32,"desc_act":false}})").quant == kQuantInt4Group);
+  // ERNIE-4.5 (moe_num_experts, moe_k; softmax scores, correction bias for the selection, renormalized).
+  const MoeSpec ernie = spec_of(R"({"model_type":"ernie4_5_moe","moe_num_experts":64,"moe_k":6,"hidden_size":2560,
+                                    "moe_intermediate_size":1536,"intermediate_size":12288,"hidden_act":"silu"})");
+  CHECK(ernie.num_experts == 64);
+  CHECK(ernie.top_k == 6);
+  CHECK(ernie.intermediate == 1536);
+  CHECK(ernie.scoring == Scoring::Softmax);
+  CHECK(ernie.renormalize);
   const MoeSpec dbrx = spec_of(R"({"model_type":"dbrx","d_model":6144,"torch_dtype":"bfloat16",
                                    "ffn_config":{"ffn_hidden_size":10752,"moe_num_experts":16,"moe_top_k":4,
                                    "ffn_act_fn":{"name":"silu"},"moe_normalize_expert_weights":1}})");
