@@ -30,6 +30,22 @@ std::vector<std::uint16_t> to_bits(const std::vector<float>& v, int dtype) {
   return out;
 }
 
+// Host copies of the expert weights (fp32 values for the reference) stay under this: a larger
+// layer (Llama-4 Maverick: 16e9 weights, 64 GB as floats) repeats fewer distinct experts.
+constexpr std::size_t kMaxHostWeightBytes = std::size_t(4) << 30;
+
+// A device buffer of `experts` experts, expert e a copy of the host's expert e % patterns (host:
+// patterns experts of equal size, expert-major, as every weight, scale and zero-point tensor is).
+template <typename T>
+DeviceBuffer expert_copies(DriverApi& api, const std::vector<T>& host, std::size_t patterns, std::size_t experts) {
+  if (patterns == experts || host.empty()) return DeviceBuffer::from(api, host);
+  const std::size_t chunk = host.size() / patterns * sizeof(T);
+  DeviceBuffer b(api, std::max<std::size_t>(1, chunk * experts));
+  for (std::size_t e = 0; e < experts; ++e)
+    b.upload(reinterpret_cast<const unsigned char*>(host.data()) + (e % patterns) * chunk, chunk, e * chunk);
+  return b;
+}
+
 }  // namespace
 
 MoeProblem::MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std::size_t workspace_bytes,
@@ -42,12 +58,16 @@ MoeProblem::MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std:
   const int dt = spec.dtype;
   fill_uniform(host_.hidden, M * K, seed + 1, 1.0, dt);
   QuantizedWeights q1, q2;
+  // Distinct experts: every local one, unless their host copies would pass kMaxHostWeightBytes.
+  const std::size_t per_expert = (R * K + K * N) * sizeof(float);
+  const std::size_t P = std::clamp<std::size_t>(kMaxHostWeightBytes / per_expert, 1, std::max<std::size_t>(EL, 1));
+  host_.expert_patterns = P < EL ? P : 0;
   if (spec.quant == kQuantNone) {
-    fill_uniform(host_.w1, EL * R * K, seed + 2, std::sqrt(3.0 / K), dt);
-    fill_uniform(host_.w2, EL * K * N, seed + 3, std::sqrt(3.0 / N), dt);
+    fill_uniform(host_.w1, P * R * K, seed + 2, std::sqrt(3.0 / K), dt);
+    fill_uniform(host_.w2, P * K * N, seed + 3, std::sqrt(3.0 / N), dt);
   } else {
-    q1 = random_quantized_weights(spec, EL, R, K, std::sqrt(3.0 / K), seed + 2);
-    q2 = random_quantized_weights(spec, EL, K, N, std::sqrt(3.0 / N), seed + 3);
+    q1 = random_quantized_weights(spec, std::int64_t(P), R, K, std::sqrt(3.0 / K), seed + 2);
+    q2 = random_quantized_weights(spec, std::int64_t(P), K, N, std::sqrt(3.0 / N), seed + 3);
     host_.w1 = std::move(q1.dequantized);
     host_.w2 = std::move(q2.dequantized);
     if (spec.quant == kQuantFp8Tensor) {
@@ -86,16 +106,16 @@ MoeProblem::MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std:
 
   hidden = DeviceBuffer::from(api, to_bits(host_.hidden, dt));
   if (spec.quant == kQuantNone) {
-    weights.w1 = DeviceBuffer::from(api, to_bits(host_.w1, dt));
-    weights.w2 = DeviceBuffer::from(api, to_bits(host_.w2, dt));
+    weights.w1 = expert_copies(api, to_bits(host_.w1, dt), P, EL);
+    weights.w2 = expert_copies(api, to_bits(host_.w2, dt), P, EL);
   } else {
-    weights.w1 = DeviceBuffer::from(api, q1.weights);
-    weights.w2 = DeviceBuffer::from(api, q2.weights);
-    weights.w1_scale = DeviceBuffer::from(api, q1.scales);
-    weights.w2_scale = DeviceBuffer::from(api, q2.scales);
+    weights.w1 = expert_copies(api, q1.weights, P, EL);
+    weights.w2 = expert_copies(api, q2.weights, P, EL);
+    weights.w1_scale = expert_copies(api, q1.scales, P, EL);
+    weights.w2_scale = expert_copies(api, q2.scales, P, EL);
     if (!q1.zeros.empty()) {
-      weights.w1_zero = DeviceBuffer::from(api, q1.zeros);
-      weights.w2_zero = DeviceBuffer::from(api, q2.zeros);
+      weights.w1_zero = expert_copies(api, q1.zeros, P, EL);
+      weights.w2_zero = expert_copies(api, q2.zeros, P, EL);
     }
     if (spec.quant == kQuantFp8Tensor) {
       weights.a1_scale = DeviceBuffer::from(api, std::vector<float>{host_.a1_scale});

@@ -20,10 +20,14 @@ class MoeProblem {
   // random distinct top-k ids with positive weights for the modular forward; with expert
   // parallelism a random half-local expert_map. Quantized layers: random codes and scales of the
   // same magnitudes (random_quantized_weights); the host copies hold the exact dequantized values.
+  // Layers whose experts would take more than 4 GiB of host floats get fewer distinct experts,
+  // repeated: expert e's weights are those of e % expert_patterns() (biases stay per expert).
   // workspace_bytes: MoeLayer::workspace_bytes(max_tokens) of the layer that will run it.
   MoeProblem(DriverApi& api, const MoeSpec& spec, int max_tokens, std::size_t workspace_bytes, std::uint64_t seed);
 
   const MoeSpec& spec() const { return spec_; }
+  // Distinct expert weight sets (0: every local expert its own).
+  std::size_t expert_patterns() const { return host_.expert_patterns; }
   MoeHostTensors& host() { return host_; }
 
   // Arguments for the first num_tokens tokens; modular = caller-given top-k instead of logits.

@@ -64,8 +64,9 @@ std::vector<double> reference_moe(const MoeSpec& s, const MoeHostTensors& t, con
       const double in_scale = s.router_weight_on_input ? w : 1.0;
       const double out_scale = s.router_weight_on_input ? 1.0 : w;
       const float* x = fp8 ? xq.data() : &t.hidden[tok * K];
+      const std::size_t we = t.expert_patterns > 0 ? std::size_t(e) % t.expert_patterns : std::size_t(e);  // weights' expert
       for (std::size_t r = 0; r < R; ++r) {
-        const float* wr = &t.w1[(std::size_t(e) * R + r) * K];
+        const float* wr = &t.w1[(we * R + r) * K];
         double acc = 0;
         for (std::size_t c = 0; c < K; ++c) acc += double(x[c]) * wr[c];
         h[r] = acc * in_scale + (t.b1.empty() ? 0.0 : t.b1[std::size_t(e) * R + r]);
@@ -88,7 +89,7 @@ std::vector<double> reference_moe(const MoeSpec& s, const MoeHostTensors& t, con
         for (std::size_t j = 0; j < N; ++j) act[j] = actq[j];
       }
       for (std::size_t c = 0; c < K; ++c) {
-        const float* wr = &t.w2[(std::size_t(e) * K + c) * N];
+        const float* wr = &t.w2[(we * K + c) * N];
         double acc = 0;
         for (std::size_t j = 0; j < N; ++j) acc += act[j] * double(wr[j]);
         out[i * K + c] += (acc + (t.b2.empty() ? 0.0 : t.b2[std::size_t(e) * K + c])) * out_scale;

@@ -17,6 +17,9 @@ struct MoeHostTensors {
   std::vector<float> hidden;         // [M, K]
   std::vector<float> w1;             // [E_local, W1 rows, K]
   std::vector<float> w2;             // [E_local, K, N]
+  // > 0: w1 and w2 hold this many experts, and local expert e's weights are those of expert
+  // e % expert_patterns (MoeProblem on layers too large to keep every expert on the host).
+  std::size_t expert_patterns = 0;
   std::vector<float> b1, b2;         // [E_local, W1 rows], [E_local, K]; empty = no bias
   std::vector<int> topk_ids;         // [M, top_k] global expert ids
   std::vector<float> topk_weights;   // [M, top_k]

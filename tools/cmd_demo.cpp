@@ -45,6 +45,10 @@ bool run_on_gpu(Runtime& rt, const ModelMoeConfig& model) {
   const int max_tokens = 4096;
   layer.prepare(max_tokens);
   MoeProblem problem(rt.driver(), spec, max_tokens, layer.workspace_bytes(max_tokens), 2026);
+  if (problem.expert_patterns() > 0)
+    fmt::print("  ({} experts too large to keep each on the host for the reference: {} distinct weight sets, "
+               "expert e has set e % {})\n",
+               spec.local_experts(), problem.expert_patterns(), problem.expert_patterns());
   bool ok = true;
   for (int tokens : {1, 7, 333, 4096}) {
     problem.poison();  // NaN: every output the check reads must have been written

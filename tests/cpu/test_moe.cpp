@@ -364,6 +364,18 @@ TEST_CASE("moe: fp64 reference on hand-computed cases") {
     const double r = std::max(0.0, double(t.hidden[i]));
     CHECK(ep[i] == doctest::Approx(0.25 * r * r));
   }
+  // Repeated weight sets (MoeProblem's large layers): with one pattern both experts have expert 0's
+  // identity weights.
+  s.num_local_experts = 0;
+  t.expert_map.clear();
+  t.expert_patterns = 1;
+  t.w1.resize(8 * 8);
+  t.w2.resize(8 * 8);
+  const auto rep = reference_moe(s, t, {0});
+  for (int i = 0; i < 8; ++i) {
+    const double r = std::max(0.0, double(t.hidden[i]));
+    CHECK(rep[i] == doctest::Approx(0.75 * r * r));
+  }
 }
 
 TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
