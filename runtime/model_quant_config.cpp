@@ -130,8 +130,16 @@ ExpertQuant expert_quant_from_config(const nlohmann::json& q) {
   if (method == "compressed-tensors") return compressed_tensors_method(q);
   // fbgemm_fp8 (Llama-4 FP8): e4m3 weights per output channel, activations per token, dynamic.
   if (method == "fbgemm_fp8") return {"fp8_channel"};
+  // NVIDIA ModelOpt: FP8 is per-tensor weight and static per-tensor input scales (fp8_tensor);
+  // FP8_PER_CHANNEL_PER_TOKEN is fp8_channel. Its fp4 and int4 algorithms have no moejit format.
+  if (method == "modelopt") {
+    const std::string algo = q.value("quant_algo", std::string());
+    if (algo == "FP8") return {"fp8_tensor"};
+    if (algo == "FP8_PER_CHANNEL_PER_TOKEN") return {"fp8_channel"};
+    refuse(fmt::format("modelopt quant_algo '{}' is not supported (FP8, FP8_PER_CHANNEL_PER_TOKEN)", algo));
+  }
   refuse(fmt::format("quantization_config quant_method '{}' is not supported (mxfp4, fp8, gptq, awq, "
-                     "compressed-tensors, fbgemm_fp8)",
+                     "compressed-tensors, fbgemm_fp8, modelopt)",
                      method));
 }
 

@@ -450,6 +450,11 @@ TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
                                     "b": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}})"),
                        doctest::Contains("quantize differently"), Error);
   CHECK(spec_of(R"({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0})").quant == kQuantFp8Channel);
+  CHECK(spec_of(R"({"quant_method": "modelopt", "quant_algo": "FP8"})").quant == kQuantFp8Tensor);
+  CHECK(spec_of(R"({"quant_method": "modelopt", "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"})").quant ==
+        kQuantFp8Channel);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "modelopt", "quant_algo": "NVFP4"})"),
+                       doctest::Contains("modelopt quant_algo 'NVFP4'"), Error);
   // No quantization_config: 16-bit experts, as before.
   nlohmann::json plain = {{"model_type", "qwen3_moe"}, {"num_experts", 128}, {"num_experts_per_tok", 8},
                           {"hidden_size", 2048}, {"moe_intermediate_size", 768}};
