@@ -449,6 +449,18 @@ TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
                                     "a": {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}},
                                     "b": {"weights": {"num_bits": 8, "type": "int", "strategy": "channel"}}}})"),
                        doctest::Contains("quantize differently"), Error);
+  // Null fields read as absent (real configs write them), a field of the wrong type is named.
+  CHECK(spec_of(R"({"quant_method": "fp8", "weight_block_size": null, "activation_scheme": "dynamic"})").quant ==
+        kQuantFp8Channel);
+  CHECK(ct(R"({"num_bits": 8, "type": "float", "strategy": "channel", "group_size": null, "block_structure": null,
+               "actorder": null, "dynamic": false, "observer": "minmax"})",
+           R"({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true, "group_size": null})")
+            .quant == kQuantFp8Channel);
+  CHECK(ct(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": "128x128"})",
+           R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": true})")
+            .quant == kQuantFp8Block);
+  CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "gptq", "bits": "four"})"),
+                       doctest::Contains("field bits = \"four\" has the wrong type"), Error);
   CHECK(spec_of(R"({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0})").quant == kQuantFp8Channel);
   CHECK(spec_of(R"({"quant_method": "modelopt", "quant_algo": "FP8"})").quant == kQuantFp8Tensor);
   CHECK(spec_of(R"({"quant_method": "modelopt", "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"})").quant ==
