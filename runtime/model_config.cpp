@@ -105,12 +105,15 @@ nlohmann::json dbrx_as_common(const nlohmann::json& root) {
 
 ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   if (!root.is_object()) throw Error(Phase::Validate, "model config must be a JSON object");
-  const bool dbrx = root.value("model_type", std::string()) == "dbrx";
+  const nlohmann::json* type = first_of(root, {"model_type"});
+  if (type != nullptr && !type->is_string()) throw Error(Phase::Validate, "model config field model_type must be a string");
+  const std::string model_type = type != nullptr ? type->get<std::string>() : "unknown";
+  const bool dbrx = model_type == "dbrx";
   if (dbrx && root.contains("ffn_config") && root["ffn_config"].is_object()) return from_json(dbrx_as_common(root));
   // Multimodal configs (Llama-4) keep the language model under text_config.
   const nlohmann::json& j = root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
   ModelMoeConfig m;
-  m.model_type = root.value("model_type", std::string("unknown"));
+  m.model_type = model_type;
   // ERNIE-4.5's moe_num_experts / moe_k: the same fields under its own names.
   m.num_experts = required_int(j, {"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"});
   m.top_k = required_int(j, {"num_experts_per_tok", "moe_topk", "top_k", "moe_k"});

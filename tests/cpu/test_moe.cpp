@@ -465,6 +465,11 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
   CHECK(spec_of(R"({"model_type":"qwen3_moe","num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
                     "moe_intermediate_size":64,"quantization_config":{"quant_method":"gptq","bits":4,
                     "group_size":32,"desc_act":false}})").quant == kQuantInt4Group);
+  CHECK(ModelMoeConfig::from_json(nlohmann::json::parse(R"({"model_type":null,"num_experts":8,"num_experts_per_tok":2,
+                                  "hidden_size":64,"moe_intermediate_size":64})")).model_type == "unknown");
+  CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":7,"num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
+                                   "moe_intermediate_size":64})"),
+                       doctest::Contains("model_type must be a string"), Error);
   // ERNIE-4.5 (moe_num_experts, moe_k; softmax scores, correction bias for the selection, renormalized).
   const MoeSpec ernie = spec_of(R"({"model_type":"ernie4_5_moe","moe_num_experts":64,"moe_k":6,"hidden_size":2560,
                                     "moe_intermediate_size":1536,"intermediate_size":12288,"hidden_act":"silu"})");
