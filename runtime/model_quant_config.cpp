@@ -93,8 +93,18 @@ ExpertQuant compressed_tensors_method(const nlohmann::json& q) {
            "supported");
   const std::string scheme = fmt::format("{} {}-bit weights per {}", type, bits, strategy);
   if (type == "float") {
-    if (bits == 4)
-      refuse(scheme + ": fp4 with fp8 scales per 16 k (NVFP4) is not MXFP4 (e8m0 scales per 32 k), moejit's fp4 format");
+    // fp4: MXFP4 (groups of 32 with e8m0 scales, "mxfp4-pack-quantized": e2m1 codes two per byte,
+    // the low nibble the even k, and u8 scales [out, in / 32], moejit's mxfp4 layout as it is) with
+    // 16-bit activations. NVFP4 (fp8 scales per 16 and a global scale) has no moejit format.
+    if (bits == 4) {
+      const std::string format = field(g, "format", field(q, "format", std::string()));
+      if (strategy != "group" || field(w, "group_size", 0) != 32 || format == "nvfp4-pack-quantized")
+        refuse(scheme + ": fp4 other than MXFP4 (groups of 32 k, e8m0 scales), e.g. NVFP4 (fp8 scales per 16 k), "
+                        "has no moejit format");
+      if (a.is_object())
+        refuse(scheme + " with quantized activations (w4a4): moejit's mxfp4 keeps the activations in 16 bits (w4a16)");
+      return {"mxfp4"};
+    }
     if (bits != 8 || !symmetric) refuse(scheme + (symmetric ? "" : ", asymmetric") + ": moejit's fp8 formats are e4m3, symmetric");
     if (!a.is_object())
       refuse(scheme + " without quantized activations (w8a16): moejit's fp8 formats quantize the activations too (w8a8)");

@@ -439,6 +439,16 @@ TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
   CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16})",
                           R"({"num_bits": 4, "type": "float", "strategy": "tensor_group", "dynamic": "local"})"),
                        doctest::Contains("NVFP4"), Error);
+  // MXFP4 (mxfp4-pack-quantized): moejit's mxfp4 layout, 16-bit activations.
+  CHECK(ct(R"({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32, "scale_dtype": "torch.uint8"})",
+           "null")
+            .quant == kQuantMxfp4);
+  CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32})",
+                          R"({"num_bits": 4, "type": "float", "strategy": "group", "group_size": 32, "dynamic": true})"),
+                       doctest::Contains("w4a4"), Error);
+  CHECK(spec_of(R"({"quant_method": "mxfp4", "format": "mxfp4-pack-quantized",
+                    "config_groups": {"group_0": {"weights": {"group_size": 32, "num_bits": 4}}}})")
+            .quant == kQuantMxfp4);
   CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 8, "type": "int", "strategy": "channel"})",
                           R"({"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true})"),
                        doctest::Contains("weight-only"), Error);
