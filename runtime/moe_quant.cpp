@@ -323,6 +323,17 @@ Int8Prepacked prepack_gptq_int8(const std::uint32_t* qweight, const std::uint16_
   return p;
 }
 
+std::vector<std::uint8_t> unpack_compressed_int4_zero_points(const std::uint32_t* packed, std::int64_t out,
+                                                             std::int64_t groups) {
+  MOEJIT_REQUIRE(out > 0 && groups > 0, "unpack_compressed_int4_zero_points: out_features = {} and groups = {} must be "
+                 "positive", out, groups);
+  std::vector<std::uint8_t> zeros(out * groups);
+  for (std::int64_t n = 0; n < out; ++n)
+    for (std::int64_t g = 0; g < groups; ++g)
+      zeros[n * groups + g] = static_cast<std::uint8_t>((packed[(n / 8) * groups + g] >> (4 * (n % 8))) & 0xfu);
+  return zeros;
+}
+
 Int4Prepacked prepack_awq_int4(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
                                std::int64_t in, std::int64_t out, int group) {
   MOEJIT_REQUIRE(in > 0 && out > 0 && in % 8 == 0 && out % 8 == 0,

@@ -87,6 +87,12 @@ struct Int8Prepacked {
 Int8Prepacked prepack_gptq_int8(const std::uint32_t* qweight, const std::uint16_t* scales, const std::uint32_t* qzeros,
                                 std::int64_t in_features, std::int64_t out_features, int scale_dtype_code,
                                 int zero_offset);
+// compressed-tensors int4 with zero points (pack-quantized, asymmetric): weight_packed is already
+// int4_group's weights ([out, in / 8] i32 = [out, in / 2] bytes, codes + 8) and weight_scale its
+// scales; weight_zero_point is i32 [ceil(out / 8), groups], 8 output rows per word from the low
+// nibble, each zero + 8 like the codes. -> u8 zero points [out, groups] (w = (code - zero) * scale).
+std::vector<std::uint8_t> unpack_compressed_int4_zero_points(const std::uint32_t* packed, std::int64_t out_features,
+                                                             std::int64_t groups);
 // AWQ (GEMM layout) -> int4_group: qweight u32 [in, out / 8] and qzeros u32 [in / group, out / 8]
 // pack 8 output columns per word, nibble i holding column 8j + {0, 2, 4, 6, 1, 3, 5, 7}[i]; scales
 // 16-bit [in / group, out]; w = (q - zero) * scale. Same output layout and cost as the GPTQ one.

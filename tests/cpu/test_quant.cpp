@@ -322,6 +322,20 @@ TEST_CASE("quant: symmetric per-column 8-bit GPTQ checkpoints prepack into the i
                        doctest::Contains("multiples of 4"), Error);
 }
 
+TEST_CASE("quant: compressed-tensors int4 zero points unpack into the int4_group layout") {
+  // 12 output rows (two words per group, the second half used), 3 groups; zero of (n, g) = (n + 2 g) % 16.
+  const std::int64_t out = 12, groups = 3;
+  std::vector<std::uint32_t> packed(2 * groups, 0);
+  for (std::int64_t n = 0; n < out; ++n)
+    for (std::int64_t g = 0; g < groups; ++g)
+      packed[(n / 8) * groups + g] |= std::uint32_t((n + 2 * g) % 16) << (4 * (n % 8));
+  const auto zeros = unpack_compressed_int4_zero_points(packed.data(), out, groups);
+  REQUIRE(zeros.size() == std::size_t(out * groups));
+  for (std::int64_t n = 0; n < out; ++n)
+    for (std::int64_t g = 0; g < groups; ++g) CHECK(int(zeros[n * groups + g]) == (n + 2 * g) % 16);
+  CHECK_THROWS_WITH_AS(unpack_compressed_int4_zero_points(packed.data(), 0, groups), doctest::Contains("positive"), Error);
+}
+
 TEST_CASE("quant: prepacked MXFP4 words decode pair by pair to the checkpoint's values") {
   // The stored positions are a permutation of the word's 32 bits.
   unsigned seen = 0;
