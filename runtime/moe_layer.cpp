@@ -118,8 +118,7 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool
   k->gemm2_rows16 = gemm2_rows16;
   for (const auto& s : specs) k->modules.push_back(runtime_.load(s));
   if (config.gemv) {
-    const Module& gemv = *k->modules[0];
-    k->bind_decode_gemv(gemv);
+    k->bind_decode_gemv(*k->modules[0]);
     if (spec_.quant == kQuantFp8Block) {  // X quantized once where the GEMV's CTAs would not overlap it (forward_decode)
       k->act_quant = &k->modules[1]->kernel("quantize");
       k->elementwise_threads = unsigned(specs[1].get_int("threads"));

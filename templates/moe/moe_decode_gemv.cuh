@@ -305,7 +305,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   constexpr bool FP8 = QUANT == kQuantFp8Block;
   static_assert(QUANT == kQuantNone || FP8, "16-bit or fp8_block weights");
   constexpr int R = GATED ? 2 : 1;
-  constexpr int EPC = FP8 ? 16 : 8;  // elements per 16-byte chunk
+  constexpr int EPC = moe_decode_chunk_elements(QUANT);  // elements per 16-byte chunk
   constexpr int GROUPS = (HIDDEN + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
   constexpr int X = FP8 ? 2 : 1;  // activation chunks (16 bytes) per weight chunk
   // Rows of at most half the CTA (K <= 1024 in 16 bits, 2048 in fp8) take SPLIT items per step,
@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
                                           QUANT == kQuantFp8Block ? 2 : 1)) moe_decode_gemv2_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
   constexpr bool FP8 = QUANT == kQuantFp8Block;
-  constexpr int EPC = FP8 ? 16 : 8;
+  constexpr int EPC = moe_decode_chunk_elements(QUANT);
   constexpr int GROUPS = (INTER + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize;
   constexpr int VEC = moe_decode_gemv2_vec(QUANT, TOPK, INTER);  // 16-byte chunks of a token's intermediate rows
   constexpr int X = FP8 ? 2 : 1;
