@@ -29,6 +29,10 @@ struct Options {
   // from a tuned DB), else those of layers with quantized weights and 128-row tiles do and the others
   // walk the fixed stride (work_queue_by_default; docs/performance.md, twentieth session).
   int work_queue = -1;
+  // MOEJIT_TILE_HANDOVER=1 / 0: the mma.sync swap-AB decode pair hands GEMM1's rows to GEMM2 per
+  // row tile (MoeGemmArgs::tile_wait) wherever it can / never; unset (-1): where GEMM1's grid is
+  // more than one wave (docs/performance.md, thirty-seventh session).
+  int tile_handover = -1;
   // MOEJIT_TUNED_DB: the user's tuned-config DB (read, and written by tuning); default
   // <cache_dir>/tuned/<device>.json. Every *.json in <cache_dir>/tuned/ is read too.
   std::filesystem::path tuned_db;

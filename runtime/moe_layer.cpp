@@ -25,14 +25,8 @@ std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols) {
 }
 
 namespace {
-constexpr std::size_t kAlign = 256;
 constexpr unsigned kMaxGridY = 65535;
 constexpr long long kMaxElementwiseBlocks = 1 << 16;  // grid-stride beyond this
-std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-
-// GEMM1's split-K partial sums ([kMoeMaxSplitK][M * top_k][W1 rows] fp32) are reserved only while
-// they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.
-constexpr std::size_t kSplitKPartialCapBytes = std::size_t(16) << 20;
 
 // Splits of a GEMM's k loop of `k_tiles` tiles over a grid of `ctas` CTAs: `requested` when set
 // (GemmTile::split_k), else as many as keep the grid within one wave (`resident` CTAs at once),
@@ -53,6 +47,12 @@ unsigned elementwise_blocks(long long work_items, int threads) {
   return static_cast<unsigned>(std::clamp<long long>((work_items + threads - 1) / threads, 1, kMaxElementwiseBlocks));
 }
 }  // namespace
+
+bool swap_ab_tile_handover(int option, MoeQuant quant, long long gemm1_ctas, long long wave) {
+  if (quant_is_fp8(quant)) return false;
+  if (option >= 0) return option == 1;
+  return gemm1_ctas > wave && gemm1_ctas <= kTileHandoverMaxWaves * wave;
+}
 
 int resident_ctas_per_sm(int registers, int static_shared_bytes, unsigned threads, unsigned dynamic_smem,
                          int shared_per_sm) {
@@ -128,6 +128,7 @@ const MoeLayer::Kernels& MoeLayer::kernels_for(const MoeTileConfig& config, bool
   }
   k->gemm1 = &k->modules[0]->kernel("gemm");
   k->gemm2 = &k->modules[1]->kernel("gemm");
+  k->gemm2_tiles = k->modules[1]->find_kernel("gemm_tiles");
   k->reduce = &k->modules[2]->kernel("reduce");
   k->reduce16 = &k->modules[2]->kernel("reduce16");
   k->cast = &k->modules[2]->kernel("cast");
@@ -182,64 +183,6 @@ void MoeLayer::quantize_activations(CUstream stream, const Kernels& k, const Act
   const bool groups = spec_.quant == kQuantFp8Block;
   const long long warps = groups ? (r.rows * q.ld_scale + kActQuantGroupsPerWarp - 1) / kActQuantGroupsPerWarp : r.rows;
   k.act_quant->launch(stream, {elementwise_blocks(warps * 32, t), 1, 1, t, 1, 1, 0, overlap_previous}, q);
-}
-
-MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
-  Workspace w;
-  std::size_t offset = align_up(router_.workspace_bytes(m));
-  if (args.workspace != 0) w.routing = router_.carve(args.workspace, m);
-  w.max_rows = router_.sorter().gather_capacity(m);
-  auto take = [&](CUdeviceptr& field, std::size_t bytes) {
-    field = args.workspace ? args.workspace + offset : 0;
-    offset += align_up(std::max<std::size_t>(bytes, 1));
-  };
-  const std::size_t elem = 2, K = spec_.hidden, N = spec_.intermediate, M = std::size_t(m);
-  if (!spec_.fused) take(w.gemm1_out, w.max_rows * spec_.w1_rows() * elem);
-  take(w.intermediate, w.max_rows * N * elem);
-  const bool accumulator = spec_.fused && spec_.reduce == ReduceMode::Fast;
-  // GEMM1 split-K is possible up to split_tokens tokens; its buffers are sized for min(M, that), so
-  // that the workspace never shrinks as M grows (callers size it for their largest batch).
-  const std::size_t partial_per_token = kMoeMaxSplitK * spec_.top_k * spec_.w1_rows() * sizeof(float);
-  const std::size_t split_tokens = std::min<std::size_t>(M, kSplitKPartialCapBytes / partial_per_token);
-  const bool split_buffers = accumulator && split_tokens > 0;
-  // Fast mode: GEMM1's split-K arrival counters, then the fp32 accumulator, zeroed together by one
-  // memset (zeroed .. zeroed + zeroed_bytes).
-  const std::size_t zeroed_at = offset;
-  if (split_buffers) {
-    w.gemm1_split = M <= split_tokens;
-    // One counter per (row tile, column tile) of any config: most tiles at block_m 16, most column
-    // tiles at block_n 16.
-    const std::size_t rows = split_tokens * spec_.top_k;
-    const std::size_t tiles = rows / kMoeMinBlockM + std::min<std::size_t>(rows, spec_.local_experts()) + 1;
-    take(w.split_counters, tiles * ((spec_.w1_rows() + 15) / 16) * sizeof(int));
-  }
-  // Slots: fast mode, the fp32 accumulator [M, K] or GEMM2's DTYPE rows by slot [M * top_k, K] (the
-  // tile config picks: TopkSum); deterministic / unfused, fp32 rows by slot.
-  const std::size_t slots_at = offset;
-  const std::size_t accumulator_bytes = M * K * sizeof(float);
-  // GEMM1's X gathered into padded-row order (GemmTile::pregather) lives in the slots buffer too: it
-  // is dead once GEMM1 has read it, before GEMM2 writes there. Reserved where the padding at most
-  // doubles the routed rows (prefill); smaller batches keep GEMM1's per-row gather (same results).
-  w.pregather = accumulator && w.max_rows <= 2 * M * spec_.top_k;
-  const std::size_t pregathered_bytes = w.pregather ? w.max_rows * K * quant_activation_bytes(spec_.quant) : 0;
-  take(w.slots, accumulator ? std::max({accumulator_bytes, M * spec_.top_k * K * elem, pregathered_bytes})
-                            : M * spec_.top_k * K * sizeof(float));
-  w.zeroed = args.workspace ? args.workspace + zeroed_at : 0;
-  w.zeroed_bytes = slots_at + (accumulator ? accumulator_bytes : 0) - zeroed_at;
-  if (split_buffers) take(w.split_partial, split_tokens * partial_per_token);
-  if (quant_is_fp8(spec_.quant)) {
-    take(w.hidden_q, M * K);
-    take(w.hidden_scale, M * act_scales_per_row(spec_.quant, K) * sizeof(float));
-    take(w.intermediate_q, w.max_rows * N);
-    take(w.intermediate_scale, w.max_rows * act_scales_per_row(spec_.quant, N) * sizeof(float));
-  }
-  w.total = offset;
-  return w;
-}
-
-std::size_t MoeLayer::workspace_bytes(int num_tokens) const {
-  MOEJIT_REQUIRE(num_tokens >= 0, "moe: workspace_bytes(num_tokens = {}) is negative", num_tokens);
-  return carve(MoeForwardArgs{}, num_tokens).total;
 }
 
 void MoeLayer::forward(CUstream stream, const MoeForwardArgs& args, const MoeStageHooks* hooks) {
@@ -381,8 +324,17 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
                         static_cast<long long>(gx2) * max_tiles * splits2 <= wave2;
   auto mma_sync_swap_ab = [](const GemmTile& t) { return t.swap_ab && !t.swap_ab_wgmma; };
   const bool dependent_launch = spec_.fused && arch_has_dependent_launch(runtime_.device_arch());
-  const bool overlap =
-      dependent_launch && (one_wave || (mma_sync_swap_ab(config.gemm1) && mma_sync_swap_ab(config.gemm2)));
+  const bool swap_ab_pair = mma_sync_swap_ab(config.gemm1) && mma_sync_swap_ab(config.gemm2);
+  const bool overlap = dependent_launch && (one_wave || swap_ab_pair);
+  // The swap-AB pair under dependent launch may hand GEMM1's rows to GEMM2 per row tile
+  // (common/tile_flags.cuh; swap_ab_tile_handover says where). The counters are zeroed with the
+  // accumulator, before GEMM1 (not late).
+  const bool per_tile = overlap && swap_ab_pair && atomic && !rows16 && zeroed && !zero_late && k.gemm2_tiles &&
+                        w.tile_ready != 0 &&
+                        static_cast<std::size_t>(max_tiles) <= w.tile_ready_tiles &&
+                        swap_ab_tile_handover(runtime_.options().tile_handover, spec_.quant,
+                                              static_cast<long long>(gx1) * max_tiles, wave1);
+  int* const gemm1_done = per_tile ? reinterpret_cast<int*>(w.tile_ready) : nullptr;
 
   const bool fp8 = quant_is_fp8(spec_.quant);
   // w8a8: X first, then the routing beside it (Router::route's beside_previous, sm_90+): the two
@@ -488,6 +440,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     return claims ? sort.totals + 3 + which : nullptr;
   };
   g.work_counter = work_counter(config.gemm1, k.gemm1_persistent, k.gemm1_clusters > 0, splits1, 0);
+  g.tile_ready = gemm1_done;  // GEMM1 counts its CTAs per row tile ...
   if (splits1 > 1) {
     g.k_tiles_per_split = tiles_per_split(k_tiles1, splits1);
     g.split_partial = reinterpret_cast<float*>(w.split_partial);
@@ -538,6 +491,7 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   } else {
     g.a = reinterpret_cast<const void*>(w.intermediate);
     g.lda = std::int64_t(spec_.intermediate) * 2;
+    g.tile_ready_target = int(g1x);  // ... and GEMM2 waits for all of its row tile's
   }
   set_weights(g, args.w2, args.w2_scale, args.w2_zero);
   if (k.gemm2_b_tma) std::memcpy(g.b_tensor_map, map2.bytes, sizeof(map2.bytes));
@@ -554,8 +508,8 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.walk_rows = config.gemm2.walk_rows;
   g.work_counter = work_counter(config.gemm2, k.gemm2_persistent, false, splits2, 1);
   const auto [g2x, g2y] = gemm_grid(k.gemm2_persistent, gx2, wave2, splits2);
-  k.gemm2->launch(stream, {g2x, g2y, unsigned(splits2), k.gemm2_threads, 1, 1, k.gemm2_smem, overlap},
-                  g);
+  (per_tile ? k.gemm2_tiles : k.gemm2)
+      ->launch(stream, {g2x, g2y, unsigned(splits2), k.gemm2_threads, 1, 1, k.gemm2_smem, overlap}, g);
   if (!spec_.fused && hooks && hooks->after_gemm2) hooks->after_gemm2(stream, stage);
   MoeReduceArgs r{};
   r.in = reinterpret_cast<const void*>(w.slots);
@@ -568,32 +522,6 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   const unsigned t = k.elementwise_threads;
   const unsigned blocks = elementwise_blocks(static_cast<long long>(m) * spec_.hidden / (rows16 ? 8 : 4), t);
   (rows16 ? k.reduce16 : atomic ? k.cast : k.reduce)->launch(stream, {blocks, 1, 1, t, 1, 1, 0, overlap}, r);
-}
-
-RoutingResult MoeLayer::routing_result(const MoeForwardArgs& args) const {
-  MOEJIT_REQUIRE(args.workspace != 0, "moe: routing_result needs the forward's workspace");
-  return carve(args, static_cast<int>(args.hidden.shape[0])).routing;
-}
-
-int MoeLayer::experts_touched(const MoeForwardArgs& args) {
-  const RoutingResult r = routing_result(args);
-  auto& api = runtime_.driver();
-  MOEJIT_CHECK_CU(api, Launch, cuCtxSynchronize());
-  std::vector<int> counts(spec_.local_experts());
-  MOEJIT_CHECK_CU(api, Launch, cuMemcpyDtoH(counts.data(), reinterpret_cast<CUdeviceptr>(r.sort.expert_counts),
-                                            counts.size() * sizeof(int)));
-  return static_cast<int>(std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; }));
-}
-
-int MoeLayer::routing_error_flags(const MoeForwardArgs& args) {
-  const int m = static_cast<int>(args.hidden.shape[0]);
-  const Workspace w = carve(args, m);
-  auto& api = runtime_.driver();
-  MOEJIT_CHECK_CU(api, Launch, cuCtxSynchronize());
-  int flags = 0;
-  MOEJIT_CHECK_CU(api, Launch,
-                  cuMemcpyDtoH(&flags, reinterpret_cast<CUdeviceptr>(w.routing.sort.error_flags), sizeof(int)));
-  return flags;
 }
 
 }  // namespace moejit

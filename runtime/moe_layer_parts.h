@@ -17,6 +17,7 @@ struct MoeLayer::Kernels {
   std::vector<std::shared_ptr<const Module>> modules;  // keep the functions alive
   const Kernel* gemm1 = nullptr;
   const Kernel* gemm2 = nullptr;
+  const Kernel* gemm2_tiles = nullptr;  // the swap-AB GEMM2 waiting per row tile, where compiled
   const Kernel* reduce = nullptr;
   const Kernel* reduce16 = nullptr;
   const Kernel* cast = nullptr;
@@ -49,6 +50,10 @@ struct MoeLayer::Workspace {
   // Fast mode: GEMM1 split-K arrival counters (right before slots: one memset zeroes both) and
   // partial sums, when M is small enough to reserve them (gemm1_split).
   CUdeviceptr split_counters = 0, split_partial = 0;
+  // Fast mode: per-tile readiness counters of the swap-AB decode pair ([tile bound] int: GEMM1's
+  // CTAs done; common/tile_flags.cuh), zeroed with the rest.
+  CUdeviceptr tile_ready = 0;
+  std::size_t tile_ready_tiles = 0;
   CUdeviceptr zeroed = 0;        // fast mode: the counters, then the accumulator, zeroed before GEMM1
   std::size_t zeroed_bytes = 0;
   bool gemm1_split = false;
@@ -58,8 +63,22 @@ struct MoeLayer::Workspace {
   std::size_t total = 0;
 };
 
+// GEMM1's split-K partial sums ([kMoeMaxSplitK][M * top_k][W1 rows] fp32) are reserved only while
+// they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.
+inline constexpr std::size_t kSplitKPartialCapBytes = std::size_t(16) << 20;
+
 // fp32 activation scales per row of a w8a8 GEMM's A with `cols` columns (0 = one static scale).
 std::int64_t act_scales_per_row(MoeQuant q, std::int64_t cols);
+// Whether the mma.sync swap-AB decode pair hands GEMM1's rows to GEMM2 per row tile
+// (MoeGemmArgs::tile_ready): GEMM2's CTAs then start on finished tiles under GEMM1's last wave
+// instead of waiting for the whole grid. `option` is Options::tile_handover (1 / 0: always / never
+// where the pair runs under dependent launch), but for w8a8. By default where GEMM1's grid (`gemm1_ctas`) is more
+// than one `wave` of resident CTAs and at most kTileHandoverMaxWaves: the gain is about one
+// GEMM1 CTA's time (its tail), and the cost, a release per GEMM1 CTA and an acquire per GEMM2 CTA,
+// grows with the CTAs. Not for w8a8 (fp8), whose intermediate is quantized between the two: per
+// tile there too, it lost 1-9% (thirty-seventh session, docs/performance.md).
+inline constexpr long long kTileHandoverMaxWaves = 16;
+bool swap_ab_tile_handover(int option, MoeQuant quant, long long gemm1_ctas, long long wave);
 // CTAs of `kernel` one SM holds at once (threads, registers, shared memory): split-K and the
 // decode GEMV fill one wave, the persistent grid is this many CTAs an SM.
 int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynamic_smem, const DeviceInfo& device);

@@ -73,6 +73,13 @@ struct MoeGemmArgs {
   // stride (items blockIdx.x, + gridDim.x, ...). Not with multicast clusters, ping-pong groups or
   // k splits (the host leaves it null there).
   int* work_counter;
+  // Per-tile readiness between the mma.sync swap-AB decode kernels (common/tile_flags.cuh; null =
+  // none, the kernel before is waited for as a whole): GEMM1 adds 1 to tile_ready[tile] per CTA
+  // once its columns of the tile's intermediate rows are stored; GEMM2 waits for tile_ready[tile] >=
+  // tile_ready_target (GEMM1's grid x) before reading its activations. The host's rule:
+  // swap_ab_tile_handover (runtime/moe_layer_parts.h). (Here, so that the struct stays 512 bytes.)
+  int* tile_ready;
+  int tile_ready_target;
   // GEMM1 of the persistent wgmma kernel: 1 = A is X already gathered into padded-row order
   // (moe_gather_rows_kernel), read as whole tiles through a_tensor_map like GEMM2's A; 0 = rows of
   // X gathered by token with per-row cp.async in the producer warpgroup.

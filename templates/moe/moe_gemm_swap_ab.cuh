@@ -35,6 +35,7 @@
 
 #include "common/dependent_launch.cuh"
 #include "common/mma_sm80.cuh"
+#include "common/tile_flags.cuh"
 #include "moe/activations.cuh"
 #include "moe/moe_dequant.cuh"
 #include "moe/moe_gemm_args.cuh"
@@ -43,7 +44,8 @@
 
 namespace moejit {
 
-template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int WARPS_N, int WARPS_K, int STAGES, int WGMMA>
+template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int WARPS_N, int WARPS_K, int STAGES, int WGMMA,
+          int HANDOVER>
 __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
                                   moe_swap_ab_min_ctas(BLOCK_M, STAGES, QUANT, DTYPE, WARPS_N* WARPS_K * 32, WGMMA))
     moe_gemm_swap_ab_kernel(const MoeGemmArgs args) {
@@ -89,6 +91,22 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   pdl::launch_dependents();
   const int tile = blockIdx.y;
   if (tile >= args.totals[2]) return;
+  // GEMM2's wait for its activations: the kernel before as a whole, or only the pieces of its own
+  // row tile (args.tile_ready), so that it starts on finished tiles under that kernel's last wave.
+  // Upper bound measured first (GEMM2 not waiting at all; thirty-seventh session, H100): MXFP4
+  // gpt-oss-120b M = 4 / 8 96.1 / 161.1-162.1 -> 91.9 / 153.8-154.5 us, int4 Qwen3-30B-A3B M = 1 /
+  // 8 21.1-21.5 / 75.6-76.7 -> 19.1 / 70.3-70.5, fp8_block DeepSeek-V3 TP8 M = 8 (its intermediate
+  // quantization not waiting either) 137.2 -> 126.2-126.3.
+  // HANDOVER (an entry of its own, "gemm_tiles": choosing at run time cost the grid-wide wait 1-4%).
+  static_assert(!HANDOVER || (ROLE == kRoleGemm2Atomic && !WGMMA), "per-tile handover: the mma.sync atomic GEMM2");
+  auto wait_for_activations = [&]() {
+    if constexpr (HANDOVER) {
+      if (threadIdx.x == 0) tile_flags::wait_for(args.tile_ready + tile, args.tile_ready_target);
+      __syncthreads();
+    } else {
+      pdl::wait();
+    }
+  };
   const int n0 = blockIdx.x * BLOCK_N;
   const int row0 = tile * BLOCK_M;
   __shared__ int s_slot[BLOCK_M];  // token * top_k + slot, -1 = padding row
@@ -319,7 +337,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   auto load_x = [&](int f, int l, int i) {
     const bool inside = x_k(l, i) < k_left;
     if constexpr (X_AHEAD) ldg16_if<ROLE == kRoleGemm1>(xa[f][l], x_src(f, l, i), x_live[f] && inside);
-    else xa[f][l] = inside ? __ldg(reinterpret_cast<const uint4*>(x_src(f, l, i))) : make_uint4(0u, 0u, 0u, 0u);
+    else xa[f][l] = inside ? ldg16<ROLE == kRoleGemm1 || !HANDOVER>(x_src(f, l, i)) : make_uint4(0u, 0u, 0u, 0u);
   };
   // The wgmma variant stages the tile's activations, one block ahead: the NF * X_LOADS (fragment,
   // load) items of a block go round the warps (warp w: items w, w + WARPS_N, ...), each lane (g, t)
@@ -401,7 +419,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         for (int f = 0; f < NF; ++f)
 #pragma unroll
           for (int l = 0; l < X_LOADS; ++l)
-            xr[f][l] = __ldg(reinterpret_cast<const uint4*>(x_src(f, l, i)));
+            xr[f][l] = ldg16<ROLE == kRoleGemm1 || !HANDOVER>(x_src(f, l, i));
       } else {
 #pragma unroll
         for (int f = 0; f < NF; ++f)
@@ -485,12 +503,12 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) scales_in_flight[s] = issue_block(s, s, WEIGHTS_FIRST ? kIssueWeights : kIssueBoth);
     if constexpr (WEIGHTS_FIRST) {
-      pdl::wait();  // the activations (and their scales) of the kernel before
+      wait_for_activations();  // the activations (and their scales) of the kernel before
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) issue_block(s, s, kIssueActs);
     }
     if constexpr (!ACT_RING) stage_tile_rows();
-    if constexpr (!WAIT_FIRST && !WEIGHTS_FIRST) pdl::wait();  // GEMM1's intermediate (A), read from the first block on
+    if constexpr (!WAIT_FIRST && !WEIGHTS_FIRST) wait_for_activations();  // GEMM1's intermediate (A), from the first block on
     if constexpr (WG) {
       stage_items();
       load_items(0);
@@ -567,7 +585,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 #pragma unroll
         for (int e = 0; e < 4; ++e) s_partial[wk - 1][wn][f * 4 + e][lane] = acc[f][e];
     __syncthreads();
-    if (wk > 0) return;
+    if (wk > 0) return;  // (the tile's signal below counts on the WARPS_N warps of wk = 0)
 #pragma unroll
     for (int w = 0; w < WARPS_K - 1; ++w)
 #pragma unroll
@@ -577,6 +595,10 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   }
 
   swap_ab_detail::store_tile<ROLE, DTYPE, ACT, QUANT, NF>(args, acc, wrow, col, s_slot, s_arow, row0, expert, t);
+  if (ROLE == kRoleGemm1 && args.tile_ready) {  // this CTA's columns of the tile are stored
+    storers_barrier<WARPS_N * 32>();
+    if (threadIdx.x == 0) tile_flags::release(args.tile_ready + tile, 1);
+  }
 }
 
 }  // namespace moejit

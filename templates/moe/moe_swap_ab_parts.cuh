@@ -64,6 +64,25 @@ __device__ inline void ldg16_if(uint4& v, const void* p, bool live) {
 }
 #undef MOEJIT_LDG16_IF
 
+// A 16-byte activation load: read-only data (INVARIANT: X in GEMM1, or GEMM2's intermediate after
+// griddepcontrol.wait, as before the handover existed) by the non-coherent path; GEMM2's
+// intermediate under the per-tile handover (common/tile_flags.cuh), written by a kernel that may
+// still run, by a plain coherent load, which the compiler keeps below the barrier after the wait
+// (an .nc load may be hoisted above it: the data is read-only for the kernel's life as far as the
+// compiler knows).
+template <bool INVARIANT>
+__device__ inline uint4 ldg16(const void* p) {
+  if constexpr (INVARIANT) return __ldg(static_cast<const uint4*>(p));
+  else return *static_cast<const uint4*>(p);
+}
+
+// A barrier of the first THREADS threads of the CTA (the warps that store a swap-AB tile: those of
+// wk = 0 are the first WARPS_N), named 1 so that it never meets __syncthreads' barrier 0.
+template <int THREADS>
+__device__ inline void storers_barrier() {
+  asm volatile("bar.sync 1, %0;" ::"r"(THREADS) : "memory");
+}
+
 
 // The wgmma variant (WGMMA = 1). The tile's tokens are the B operand, staged per k block in shared
 // memory in two 64-k halves of [BLOCK_M rows][128 bytes] with the 128-byte swizzle (16-byte chunk c

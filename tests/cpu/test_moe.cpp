@@ -145,6 +145,24 @@ TEST_CASE("moe: 64-row persistent GEMM2 tiles keep three CTAs an SM") {
   }
 }
 
+// The swap-AB decode pair's per-tile handover (swap_ab_tile_handover): by default where GEMM1 runs
+// more than one wave and at most kTileHandoverMaxWaves; MOEJIT_TILE_HANDOVER (Options::tile_handover)
+// decides where set; never for fp8 (its intermediate is quantized between the GEMMs).
+TEST_CASE("moe: the swap-AB pair hands rows over per tile between one and 16 waves of GEMM1, not for fp8") {
+  constexpr long long wave = 396;  // 132 SMs x 3 CTAs
+  CHECK_FALSE(swap_ab_tile_handover(-1, kQuantMxfp4Packed, 360, wave));  // one wave: the CTAs end together
+  CHECK_FALSE(swap_ab_tile_handover(-1, kQuantMxfp4Packed, wave, wave));
+  CHECK(swap_ab_tile_handover(-1, kQuantMxfp4Packed, wave + 1, wave));
+  CHECK(swap_ab_tile_handover(-1, kQuantInt8Channel, 5760, wave));
+  CHECK(swap_ab_tile_handover(-1, kQuantInt4Group, kTileHandoverMaxWaves * wave, wave));
+  CHECK_FALSE(swap_ab_tile_handover(-1, kQuantMxfp4Packed, kTileHandoverMaxWaves * wave + 1, wave));
+  CHECK_FALSE(swap_ab_tile_handover(-1, kQuantFp8Block, 2000, wave));
+  CHECK_FALSE(swap_ab_tile_handover(-1, kQuantFp8Channel, 2000, wave));
+  CHECK(swap_ab_tile_handover(1, kQuantMxfp4, 100, wave));  // the option, both ways, but for fp8
+  CHECK_FALSE(swap_ab_tile_handover(0, kQuantInt8Channel, 2000, wave));
+  CHECK_FALSE(swap_ab_tile_handover(1, kQuantFp8Block, 2000, wave));
+}
+
 TEST_CASE("moe: spec validation explains every unsupported field") {
   MoeSpec s;
   s.num_experts = 8;
