@@ -180,11 +180,11 @@ FamilyInfo moe_gemm_swap_ab_family() {
   // "gemm_tiles": the atomic GEMM2 that waits for GEMM1 per row tile (MoeGemmArgs::tile_ready)
   // instead of for the whole grid; its own instance because the runtime choice between the two
   // waits cost the grid-wide one 1-4% (thirty-seventh session). Where the runtime may take it:
-  // mma.sync, 16-bit activations (swap_ab_tile_handover).
+  // mma.sync, 16-bit activations (swap_ab_tile_handover), under dependent launch (sm_90+).
   f.entries = {{"gemm", "moejit::moe_gemm_swap_ab_kernel", "moejit::MoeGemmArgs", "0"},
                {"gemm_tiles", "moejit::moe_gemm_swap_ab_kernel", "moejit::MoeGemmArgs", "1", [](const KernelSpec& s) {
                   return s.get_string("role") == "gemm2_atomic" && s.get_int("wgmma") == 0 &&
-                         !quant_is_fp8(parse_quant(s.get_string("quant")));
+                         !quant_is_fp8(parse_quant(s.get_string("quant"))) && arch_has_dependent_launch(s.arch);
                 }}};
   f.derive = [](KernelSpec& s) {
     const std::int64_t bm = s.get_int("block_m"), wn = s.get_int("warps_n"), wk = s.get_int("warps_k");

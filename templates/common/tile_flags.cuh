@@ -26,8 +26,9 @@ __device__ inline void release(int* flag, int n) {
 // Spins (one thread) until *flag >= target, then acquires once (a fence): the polls are relaxed
 // loads, since an acquire load at GPU scope also drops the SM's L1 lines (which the CTAs beside
 // this one read their activations from) at every poll. The caller then makes the other threads
-// wait at a barrier. A count that never arrives (a host bug) traps after ~2 s instead of hanging
-// the GPU (seen when a test template left GEMM1's release out).
+// wait at a barrier. A count that never arrives (a host bug) traps after 2^24 polls (seconds: a
+// poll is an L2 round trip and a 64 ns sleep) instead of hanging the GPU (seen when a test
+// template left GEMM1's release out).
 __device__ inline void wait_for(const int* flag, int target) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   for (long long spin = 0;; ++spin) {
