@@ -218,12 +218,8 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
                  "(split-K is reserved for M * top_k * W1 rows * {} * 4 <= {} bytes)",
                  config.describe(), m, kMoeMaxSplitK, kSplitKPartialCapBytes);
   const int bm = config.block_m;
-  // Grid bound on row tiles: every non-empty expert pads at most bm - 1 rows, and at most
-  // min(E_local, M * top_k) experts are non-empty. (With E_local alone, a decode step launched
-  // ~120 CTAs per column tile that only read the tile count and exit: at 1-2 resident CTAs per SM
-  // those exits cost more than the work.)
   const long long rows = static_cast<long long>(m) * spec_.top_k;
-  const long long max_tiles = (rows + std::min<long long>(spec_.local_experts(), rows) * (bm - 1) + bm - 1) / bm;
+  const long long max_tiles = moe_max_row_tiles(rows, spec_.local_experts(), bm);
   MOEJIT_REQUIRE(max_tiles <= kMaxGridY, "moe: {} row tiles of {} exceed the grid limit {}; use fewer tokens per call",
                  max_tiles, bm, kMaxGridY);
 
@@ -327,11 +323,10 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   const bool swap_ab_pair = mma_sync_swap_ab(config.gemm1) && mma_sync_swap_ab(config.gemm2);
   const bool overlap = dependent_launch && (one_wave || swap_ab_pair);
   // The swap-AB pair under dependent launch may hand GEMM1's rows to GEMM2 per row tile
-  // (common/tile_flags.cuh; swap_ab_tile_handover says where). The counters are zeroed with the
-  // accumulator, before GEMM1 (not late).
-  const bool per_tile = overlap && swap_ab_pair && atomic && !rows16 && zeroed && !zero_late && k.gemm2_tiles &&
-                        w.tile_ready != 0 &&
-                        static_cast<std::size_t>(max_tiles) <= w.tile_ready_tiles &&
+  // (common/tile_flags.cuh; swap_ab_tile_handover says where). Its counters are carved for every
+  // fast-mode forward (one per row tile of the smallest block_m) and zeroed with the accumulator
+  // before GEMM1 (never late: that is the persistent GEMM1's pregather).
+  const bool per_tile = overlap && swap_ab_pair && atomic && !rows16 && k.gemm2_tiles &&
                         swap_ab_tile_handover(runtime_.options().tile_handover, spec_.quant,
                                               static_cast<long long>(gx1) * max_tiles, wave1);
   int* const gemm1_done = per_tile ? reinterpret_cast<int*>(w.tile_ready) : nullptr;

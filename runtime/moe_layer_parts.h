@@ -2,6 +2,7 @@
 // the kernels of one tile config and the carving of the caller's workspace.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -53,7 +54,6 @@ struct MoeLayer::Workspace {
   // Fast mode: per-tile readiness counters of the swap-AB decode pair ([tile bound] int: GEMM1's
   // CTAs done; common/tile_flags.cuh), zeroed with the rest.
   CUdeviceptr tile_ready = 0;
-  std::size_t tile_ready_tiles = 0;
   CUdeviceptr zeroed = 0;        // fast mode: the counters, then the accumulator, zeroed before GEMM1
   std::size_t zeroed_bytes = 0;
   bool gemm1_split = false;
@@ -62,6 +62,14 @@ struct MoeLayer::Workspace {
   CUdeviceptr hidden_q = 0, hidden_scale = 0, intermediate_q = 0, intermediate_scale = 0;
   std::size_t total = 0;
 };
+
+// Grid bound on row tiles of `block_m` rows for `rows` routed rows: every non-empty expert pads at
+// most block_m - 1 rows, and at most min(local_experts, rows) experts are non-empty. (With the
+// local experts alone, a decode step launched ~120 CTAs per column tile that only read the tile
+// count and exit: at 1-2 resident CTAs per SM those exits cost more than the work.)
+inline long long moe_max_row_tiles(long long rows, long long local_experts, int block_m) {
+  return (rows + std::min(local_experts, rows) * (block_m - 1) + block_m - 1) / block_m;
+}
 
 // GEMM1's split-K partial sums ([kMoeMaxSplitK][M * top_k][W1 rows] fp32) are reserved only while
 // they stay under this: split-K is for decode, where few CTAs would otherwise stream the weights.

@@ -35,8 +35,8 @@ MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
   const std::size_t partial_per_token = kMoeMaxSplitK * spec_.top_k * spec_.w1_rows() * sizeof(float);
   const std::size_t split_tokens = std::min<std::size_t>(M, kSplitKPartialCapBytes / partial_per_token);
   const bool split_buffers = accumulator && split_tokens > 0;
-  // Fast mode: GEMM1's split-K arrival counters, then the fp32 accumulator, zeroed together by one
-  // memset (zeroed .. zeroed + zeroed_bytes).
+  // Fast mode: GEMM1's split-K arrival counters, the swap-AB pair's per-tile counters, then the
+  // fp32 accumulator, zeroed together (zeroed .. zeroed + zeroed_bytes) by a memset or the route.
   const std::size_t zeroed_at = offset;
   if (split_buffers) {
     w.gemm1_split = M <= split_tokens;
@@ -46,11 +46,9 @@ MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
     const std::size_t tiles = rows / kMoeMinBlockM + std::min<std::size_t>(rows, spec_.local_experts()) + 1;
     take(w.split_counters, tiles * ((spec_.w1_rows() + 15) / 16) * sizeof(int));
   }
-  if (accumulator) {  // most row tiles of any config: block_m kMoeMinBlockM, every expert padded
-    const std::size_t rows = M * spec_.top_k;
-    w.tile_ready_tiles = (rows + std::min<std::size_t>(rows, spec_.local_experts()) * (kMoeMinBlockM - 1) +
-                          kMoeMinBlockM - 1) / kMoeMinBlockM;
-    take(w.tile_ready, w.tile_ready_tiles * sizeof(int));
+  if (accumulator) {  // most row tiles of any config: those of the smallest block_m
+    const long long tiles = moe_max_row_tiles(static_cast<long long>(M) * spec_.top_k, spec_.local_experts(), kMoeMinBlockM);
+    take(w.tile_ready, static_cast<std::size_t>(tiles) * sizeof(int));
   }
   // Slots: fast mode, the fp32 accumulator [M, K] or GEMM2's DTYPE rows by slot [M * top_k, K] (the
   // tile config picks: TopkSum); deterministic / unfused, fp32 rows by slot.

@@ -6,6 +6,7 @@
 // grid launches after every producer CTA has started (each producer CTA calls
 // pdl::launch_dependents() first): every piece it waits for is resident or done. The counters are
 // zero at the producer's launch (the routing or a memset zeroes them with the fp32 accumulator).
+// Device code of the sm_80+ kernels only (no fallback: the families refuse older targets).
 #pragma once
 
 namespace moejit {
@@ -15,12 +16,7 @@ namespace tile_flags {
 // by a barrier, are visible to the GPU: a release add (no acquire half: fence.acq_rel would also
 // drop the SM's L1 lines, which the CTAs beside this one read their activations from).
 __device__ inline void release(int* flag, int n) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(flag), "r"(n) : "memory");
-#else
-  __threadfence();
-  atomicAdd(flag, n);
-#endif
 }
 
 // Spins (one thread) until *flag >= target, then acquires once (a fence): the polls are relaxed
@@ -30,7 +26,6 @@ __device__ inline void release(int* flag, int n) {
 // poll is an L2 round trip and a 64 ns sleep) instead of hanging the GPU (seen when a test
 // template left GEMM1's release out).
 __device__ inline void wait_for(const int* flag, int target) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
   for (long long spin = 0;; ++spin) {
     int v;
     asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
@@ -39,11 +34,6 @@ __device__ inline void wait_for(const int* flag, int target) {
     if (spin > 64) __nanosleep(64);
   }
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
-#else
-  while (*reinterpret_cast<const volatile int*>(flag) < target) {
-  }
-  __threadfence();
-#endif
 }
 
 }  // namespace tile_flags
