@@ -118,8 +118,11 @@ ExpertQuant compressed_tensors_method(const nlohmann::json& q) {
       // [128, 128], or "128x128" as older compressed-tensors versions wrote it.
       std::vector<int> block;
       if (const auto it = w.find("block_structure"); it != w.end() && it->is_string()) {
-        int r = 0, c = 0;
-        if (std::sscanf(it->get<std::string>().c_str(), "%dx%d", &r, &c) == 2) block = {r, c};
+        // The whole string: "128x128x" or "128x128 " is refused, not read as [128, 128].
+        const std::string text = it->get<std::string>();
+        int r = 0, c = 0, used = 0;
+        if (std::sscanf(text.c_str(), "%dx%d%n", &r, &c, &used) == 2 && used == static_cast<int>(text.size()))
+          block = {r, c};
       } else {
         block = field(w, "block_structure", std::vector<int>{});
       }

@@ -483,6 +483,12 @@ TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
   CHECK(ct(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": "128x128"})",
            R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": true})")
             .quant == kQuantFp8Block);
+  // The "RxC" string whole: trailing text is not read as [128, 128].
+  for (const char* text : {"128x128x", "128x128 ", "128x128x64", "128"})
+    CHECK_THROWS_WITH_AS(ct(fmt::format(R"({{"num_bits": 8, "type": "float", "strategy": "block", "block_structure": "{}"}})",
+                                        text).c_str(),
+                            R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128, "dynamic": true})"),
+                         doctest::Contains("fp8_block takes blocks of [128, 128]"), Error);
   CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "gptq", "bits": "four"})"),
                        doctest::Contains("field bits = \"four\" has the wrong type"), Error);
   CHECK(spec_of(R"({"quant_method": "fbgemm_fp8", "activation_scale_ub": 1200.0})").quant == kQuantFp8Channel);
