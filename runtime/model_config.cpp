@@ -7,20 +7,21 @@
 #include "common/files.h"
 #include "jit/families.h"
 #include "jit/moe_names.h"
+#include "runtime/json_fields.h"
 #include "runtime/model_quant_config.h"
 #include "runtime/moe_layer.h"
 
 namespace moejit {
 
 namespace {
-const nlohmann::json* first_of(const nlohmann::json& j, std::initializer_list<const char*> names) {
-  for (const char* n : names)
-    if (j.contains(n) && !j[n].is_null()) return &j[n];
-  return nullptr;
+constexpr const char* kWhat = "model config";
+template <typename T>
+std::optional<T> optional_field(const nlohmann::json& j, std::initializer_list<const char*> names) {
+  return typed_field<T>(j, names, kWhat);
 }
 
 int required_int(const nlohmann::json& j, std::initializer_list<const char*> names) {
-  const nlohmann::json* v = first_of(j, names);
+  const nlohmann::json* v = first_present(j, names);
   std::vector<std::string> list(names.begin(), names.end());
   if (v == nullptr)
     throw Error(Phase::Validate, fmt::format("model config has none of: {}", fmt::join(list, ", ")));
@@ -105,9 +106,7 @@ nlohmann::json dbrx_as_common(const nlohmann::json& root) {
 
 ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   if (!root.is_object()) throw Error(Phase::Validate, "model config must be a JSON object");
-  const nlohmann::json* type = first_of(root, {"model_type"});
-  if (type != nullptr && !type->is_string()) throw Error(Phase::Validate, "model config field model_type must be a string");
-  const std::string model_type = type != nullptr ? type->get<std::string>() : "unknown";
+  const std::string model_type = optional_field<std::string>(root, {"model_type"}).value_or("unknown");
   const bool dbrx = model_type == "dbrx";
   if (dbrx && root.contains("ffn_config") && root["ffn_config"].is_object()) return from_json(dbrx_as_common(root));
   // Multimodal configs (Llama-4) keep the language model under text_config.
@@ -124,22 +123,20 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
                                  "implement; build a MoeSpec yourself and pass the top-k ids and weights (the "
                                  "modular forward)");
   // Whether the config states these (the model_type rules below only fill what it leaves out).
-  const nlohmann::json* scoring = first_of(j, {"scoring_func", "score_function"});
-  const bool scoring_stated = scoring && scoring->is_string();
-  if (scoring_stated) m.scoring = scoring->get<std::string>();
-  const nlohmann::json* norm = first_of(j, {"norm_topk_prob"});
-  const bool norm_stated = norm && norm->is_boolean();
-  if (norm_stated) m.renormalize = norm->get<bool>();
-  if (auto* v = first_of(j, {"n_group"}); v && v->is_number_integer()) m.n_group = v->get<int>();
-  if (auto* v = first_of(j, {"topk_group"}); v && v->is_number_integer()) m.topk_group = v->get<int>();
-  if (auto* v = first_of(j, {"routed_scaling_factor"}); v && v->is_number()) m.routed_scaling_factor = v->get<double>();
-  if (auto* v = first_of(j, {"hidden_act"}); v && v->is_string()) m.activation = expert_activation(v->get<std::string>());
-  const nlohmann::json* dtype = first_of(j, {"torch_dtype", "dtype"});
-  if (dtype == nullptr) dtype = first_of(root, {"torch_dtype", "dtype"});
-  if (dtype != nullptr) {
-    if (!dtype->is_string()) throw Error(Phase::Validate, "model config field torch_dtype must be a string");
-    m.dtype = dtype->get<std::string>();
-  }
+  // A field present with another type is an error (json_fields.h), not read as absent.
+  const auto scoring = optional_field<std::string>(j, {"scoring_func", "score_function"});
+  const bool scoring_stated = scoring.has_value();
+  if (scoring) m.scoring = *scoring;
+  const auto norm = optional_field<bool>(j, {"norm_topk_prob"});
+  const bool norm_stated = norm.has_value();
+  if (norm) m.renormalize = *norm;
+  m.n_group = optional_field<int>(j, {"n_group"}).value_or(m.n_group);
+  m.topk_group = optional_field<int>(j, {"topk_group"}).value_or(m.topk_group);
+  m.routed_scaling_factor = optional_field<double>(j, {"routed_scaling_factor"}).value_or(m.routed_scaling_factor);
+  if (const auto act = optional_field<std::string>(j, {"hidden_act"})) m.activation = expert_activation(*act);
+  auto dtype = optional_field<std::string>(j, {"torch_dtype", "dtype"});
+  if (!dtype) dtype = optional_field<std::string>(root, {"torch_dtype", "dtype"});
+  if (dtype) m.dtype = *dtype;
   // Routing rules the configs imply rather than state.
   if (m.model_type == "gpt_oss") {
     m.scoring = "softmax_after_topk";
@@ -156,9 +153,8 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   // outside the experts).
   if (m.model_type == "nemotron_h") {
     if (!scoring_stated) m.scoring = "sigmoid";
-    const nlohmann::json* act = first_of(j, {"mlp_hidden_act"});
-    m.activation = single_input_activation(act && act->is_string() ? act->get<std::string>() : "relu2");  // HF's default
-    if (auto* v = first_of(j, {"moe_latent_size"}); v && v->is_number_integer()) m.hidden = v->get<int>();
+    m.activation = single_input_activation(optional_field<std::string>(j, {"mlp_hidden_act"}).value_or("relu2"));  // HF's default
+    if (first_present(j, {"moe_latent_size"})) m.hidden = required_int(j, {"moe_latent_size"});
   }
   // Jamba keeps the softmax weights of its top-k as they are (no renormalization) unless it says.
   if (m.model_type == "jamba" && !norm_stated) m.renormalize = false;
@@ -167,7 +163,9 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
     m.renormalize = false;
     m.weight_on_input = true;
   }
-  if (auto* q = first_of(root, {"quantization_config"}); q && q->is_object()) {
+  if (const nlohmann::json* q = first_present(root, {"quantization_config"})) {
+    if (!q->is_object())
+      throw Error(Phase::Validate, fmt::format("model config field quantization_config = {} is not an object", q->dump()));
     const ExpertQuant e = expert_quant_from_config(*q);
     m.quant = e.quant;
     m.quant_group = e.group;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "runtime/json_fields.h"
 #include "templates/moe/quant_kinds.cuh"
 
 namespace moejit {
@@ -14,17 +15,11 @@ namespace moejit {
 namespace {
 [[noreturn]] void refuse(const std::string& why) { throw Error(Phase::Validate, "model config: " + why); }
 
-// j[key] as T: `fallback` where the key is missing or null (configs write "group_size": null), an
-// error naming the field where it has another type.
+// j[key] as T: `fallback` where the key is missing or null, an error naming the field where it has
+// another type (json_fields.h).
 template <typename T>
 T field(const nlohmann::json& j, const char* key, T fallback) {
-  const auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    refuse(fmt::format("quantization_config field {} = {} has the wrong type", key, it->dump()));
-  }
+  return typed_field<T>(j, {key}, "model config: quantization_config").value_or(fallback);
 }
 
 ExpertQuant fp8_method(const nlohmann::json& q) {

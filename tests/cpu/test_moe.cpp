@@ -487,7 +487,22 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
                                   "hidden_size":64,"moe_intermediate_size":64})")).model_type == "unknown");
   CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":7,"num_experts":8,"num_experts_per_tok":2,"hidden_size":64,
                                    "moe_intermediate_size":64})"),
-                       doctest::Contains("model_type must be a string"), Error);
+                       doctest::Contains("field model_type = 7 has the wrong type"), Error);
+  // A routing field present with another type is an error, not read as absent (which would route
+  // with the defaults: no groups, no renormalization rule, scale 1).
+  auto with = [&](const char* field) {
+    return spec_of(fmt::format(R"({{"model_type":"deepseek_v3","n_routed_experts":64,"num_experts_per_tok":8,)"
+                               R"("hidden_size":64,"moe_intermediate_size":64,{}}})",
+                               field)
+                       .c_str());
+  };
+  CHECK(with(R"("n_group":8,"topk_group":4,"norm_topk_prob":null)").n_group == 8);
+  for (const char* bad : {R"("n_group":"8")", R"("n_group":8.5)", R"("topk_group":true)", R"("norm_topk_prob":1)",
+                          R"("routed_scaling_factor":"2.5")", R"("scoring_func":["sigmoid"])", R"("hidden_act":7)",
+                          R"("torch_dtype":16)"})
+    CHECK_THROWS_WITH_AS(with(bad), doctest::Contains("has the wrong type"), Error);
+  CHECK_THROWS_WITH_AS(with(R"("quantization_config":"fp8")"), doctest::Contains("quantization_config = \"fp8\" is not an object"),
+                       Error);
   // ERNIE-4.5 (moe_num_experts, moe_k; softmax scores, correction bias for the selection, renormalized).
   const MoeSpec ernie = spec_of(R"({"model_type":"ernie4_5_moe","moe_num_experts":64,"moe_k":6,"hidden_size":2560,
                                     "moe_intermediate_size":1536,"intermediate_size":12288,"hidden_act":"silu"})");
