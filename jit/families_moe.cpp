@@ -236,7 +236,7 @@ FamilyInfo moe_gemm_swap_ab_family() {
     s.params["block_n"] = std::int64_t(moe_swap_ab_block_n(int(wn), activation_is_gated(act)));
     s.params["block_k"] = std::int64_t(moe_swap_ab_block_k());
     s.params["threads"] = 32 * wn * wk;
-    s.params["smem_bytes"] = std::int64_t(moe_swap_ab_smem_bytes(int(wn * wk), stages, quant, int(bm), wgmma));
+    s.params["smem_bytes"] = std::int64_t(moe_swap_ab_smem_bytes(int(wn * wk), stages, quant, int(bm), wgmma, int(wk)));
   };
   return f;
 }

@@ -159,22 +159,35 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_wgmma_data_registers(int block_m, i
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_activation_loads(int quant) { return 32 * quant_activation_bytes(quant) / 16; }
 // Whether the activations travel through the ring with the weights (cp.async) instead of being
 // loaded when their block is computed (their L2 latency then stalls the block's first mma).
-// fp8 only, measured (H100, same run): fp8_block DeepSeek-V3 TP8 M = 16 / 128 231 / 575 -> 226 /
-// 560 us; MXFP4 and int4 slower (gpt-oss M = 16 301 -> 327-331 us): their bf16 activations are
-// twice the weight bytes in the ring, and the shared-memory traffic per DRAM byte doubles.
-MOEJIT_HOST_DEVICE constexpr bool moe_swap_ab_activation_ring(int quant) { return quant_is_fp8(quant); }
+// fp8, measured (H100, same run): fp8_block DeepSeek-V3 TP8 M = 16 / 128 231 / 575 -> 226 / 560 us.
+// MXFP4 8-token mma.sync tiles of two or more warps along k, copying only their routed tokens'
+// activations (a decode tile holds ~1-4 of 8): loaded one block ahead in registers, they had held
+// the next block's first mma on L2 (ncu, GEMM1 at M = 16: 35% of the stall samples). H100, same
+// run, two rounds (thirty-eighth session), gpt-oss-120b prepacked M = 4 / 8 / 16 / 32 94.4-94.6 /
+// 157.5-158.2 / 266.5-267.3 / 424.9-425.5 -> 90.7-90.9 / 152.7-152.9 / 257.6-258.0 / 409.6-410.1 us,
+// M = 128 +0.6%; with one warp along k 5-8% slower (M = 2 / 4 / 8 on 4 x 1 tiles). Copying every
+// token's rows (the first try, before the activations loaded ahead) had been 9% slower at M = 16.
+// Not for CTAs of 16 warps (`warps`, all of them): MXFP4 into f16 spilled 12-28 bytes there.
+MOEJIT_HOST_DEVICE constexpr bool moe_swap_ab_activation_ring(int quant, int block_m = 0, bool wgmma = false,
+                                                              int warps_k = 1, int warps = 1) {
+  return quant_is_fp8(quant) || (quant_is_mxfp4(quant) && block_m == 8 && !wgmma && warps_k >= 2 && warps < 16);
+}
 // Dynamic shared memory: each warp's ring of STAGES k blocks: its 16 weight rows (128 k each: 64,
 // 128 or 256 stored bytes) and, with the activation ring, the tile's activations at the lanes' k
 // (BLOCK_M / 8 fragments), 16 bytes per lane and load.
-MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_ring_bytes(int warps, int stages, int quant, int block_m) {
-  const int act_loads = moe_swap_ab_activation_ring(quant) ? block_m / 8 * moe_swap_ab_activation_loads(quant) : 0;
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_ring_bytes(int warps, int stages, int quant, int block_m, bool wgmma = false,
+                                                        int warps_k = 1) {
+  const int act_loads = moe_swap_ab_activation_ring(quant, block_m, wgmma, warps_k, warps)
+                            ? block_m / 8 * moe_swap_ab_activation_loads(quant)
+                            : 0;
   return warps * stages * (2 * (quant_weight_bits(quant) / 4) + act_loads) * 16 * 32;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_max_data_registers(int register_limit) { return register_limit / 2 + 40; }
 // All dynamic shared memory: the rings and, for the wgmma variant, two staged k blocks of the tile's
 // activations (2 x 64 k of 16 bits per token) on 1024-byte swizzle atoms (1024 bytes to align them).
-MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_smem_bytes(int warps, int stages, int quant, int block_m, bool wgmma) {
-  return moe_swap_ab_ring_bytes(warps, stages, quant, block_m) + (wgmma ? 1024 + 2 * 2 * block_m * 128 : 0);
+MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_smem_bytes(int warps, int stages, int quant, int block_m, bool wgmma,
+                                                        int warps_k = 1) {
+  return moe_swap_ab_ring_bytes(warps, stages, quant, block_m, wgmma, warps_k) + (wgmma ? 1024 + 2 * 2 * block_m * 128 : 0);
 }
 // CTAs per SM the kernel is compiled for (__launch_bounds__'s minimum). Left alone, ptxas took
 // ~96-128 registers and 20 warps an SM; compiled for 768 threads an SM (85 registers), 8-token tiles

@@ -7,8 +7,9 @@
 // what it copied itself), which is what bounds the shared-memory path for decode (4-bit weights
 // above all). A ring in registers instead held 8-16 registers per k block in flight: decode ran at
 // ~2 blocks in flight per warp and 45% of the DRAM bandwidth (ncu, gpt-oss-120b MXFP4, M = 16).
-// fp8 layers copy their (pre-quantized) activations into the same ring (moe_swap_ab_activation_ring);
-// the other formats load theirs from global memory (L1) when the block is computed.
+// fp8 layers copy their (pre-quantized) activations into the same ring, and MXFP4 8-token tiles of
+// 2+ warps along k their routed tokens' (moe_swap_ab_activation_ring); the other tiles load theirs
+// from global memory (L1) when the block is computed (MXFP4: one block ahead).
 // WGMMA = 1 (sm_90a, 16-bit activations, up to 64 tokens): the same weight path, but the tile's
 // tokens are staged per k block in shared memory and each warpgroup multiplies its 64 weight rows
 // by them with register-A wgmma (moe_swap_ab_parts.cuh), so wider tiles cost no activation registers.
@@ -58,7 +59,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   constexpr int ROW_BYTES = KB * BITS / 8;               // stored bytes of a row per block
   constexpr int NF = BLOCK_M / 8;                      // n8 fragments (tokens)
   constexpr int X_LOADS = moe_swap_ab_activation_loads(QUANT);  // 16-byte activation loads per fragment
-  constexpr bool ACT_RING = moe_swap_ab_activation_ring(QUANT);  // activations in the ring too
+  constexpr bool ACT_RING = moe_swap_ab_activation_ring(QUANT, BLOCK_M, WGMMA != 0, WARPS_K, WARPS_N * WARPS_K);  // activations in the ring too
   constexpr int SLOTS = 2 * LOADS + (ACT_RING ? NF * X_LOADS : 0);  // 16-byte ring slots of a lane per stage
   constexpr int BLOCK_N = moe_swap_ab_block_n(WARPS_N, GATED);  // the host sizes the grid with it
   constexpr int THREADS = WARPS_N * WARPS_K * 32;
@@ -211,7 +212,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // + l and, with ACT_RING, the activations (fragment f, load l) at 2 * LOADS + f * X_LOADS + l, each
   // slot x 32 lanes, so a warp's 16-byte copies and reads are contiguous (conflict-free).
   extern __shared__ __align__(16) uint4 s_ring[];  // [warps][STAGES][SLOTS][32]
-  static_assert(WARPS_N * WARPS_K * STAGES * SLOTS * 32 * 16 == moe_swap_ab_ring_bytes(WARPS_N * WARPS_K, STAGES, QUANT, BLOCK_M),
+  static_assert(WARPS_N * WARPS_K * STAGES * SLOTS * 32 * 16 ==
+                    moe_swap_ab_ring_bytes(WARPS_N * WARPS_K, STAGES, QUANT, BLOCK_M, WG, WARPS_K),
                 "the host sizes the ring with moe_swap_ab_ring_bytes");
   uint4* const lane_ring = s_ring + warp * (STAGES * SLOTS * 32) + lane;
   auto ring_slot = [&](int s, int h, int l) -> uint4& { return lane_ring[(s * SLOTS + h * LOADS + l) * 32]; };
@@ -219,9 +221,9 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // The wgmma variant's two activation stages after the rings, on 1024-byte swizzle atoms (the host
   // adds 1024 bytes: moe_swap_ab_smem_bytes).
   const unsigned act_stages =
-      WG ? (sm80::smem_addr(s_ring) + moe_swap_ab_ring_bytes(WARPS_N * WARPS_K, STAGES, QUANT, BLOCK_M) + 1023u) & ~1023u : 0u;
+      WG ? (sm80::smem_addr(s_ring) + moe_swap_ab_ring_bytes(WARPS_N * WARPS_K, STAGES, QUANT, BLOCK_M, WG, WARPS_K) + 1023u) & ~1023u : 0u;
   static_assert(!WG || moe_swap_ab_smem_bytes(WARPS_N, STAGES, QUANT, BLOCK_M, true) ==
-                           moe_swap_ab_ring_bytes(WARPS_N, STAGES, QUANT, BLOCK_M) + 1024 + kWgmmaStages * wgmma_stage_bytes(BLOCK_M),
+                           moe_swap_ab_ring_bytes(WARPS_N, STAGES, QUANT, BLOCK_M, WG) + 1024 + kWgmmaStages * wgmma_stage_bytes(BLOCK_M),
                 "the host sizes the activation stages with moe_swap_ab_smem_bytes");
   // Activations: XK per 16-byte load, in the weights' run order; load l's k relative to a block.
   constexpr int XK = 16 / EB;
@@ -251,13 +253,16 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         // The activations right after the first row's weights, before any scale load: issued after
         // the scales instead, fp8_block ran 0.2-0.8% slower (H200, same run).
         if constexpr (ACT_RING) {
+          // 16-bit activations (MXFP4): the routed tokens' alone. A padding token's slots keep
+          // whatever they held; they meet only its own accumulator column, which is never stored.
           if (h == 0 && (part & kIssueActs))
 #pragma unroll
             for (int f = 0; f < NF; ++f)
+              if (FP8 || x_live[f])
 #pragma unroll
-              for (int l = 0; l < X_LOADS; ++l)
-                sm80::cp_async_16_ca(sm80::smem_addr(&ring_act(s, f, l)),
-                                     a_ptr[f] + static_cast<long long>(kb + act_k(l)) * EB, kb + act_k(l) < k_left);
+                for (int l = 0; l < X_LOADS; ++l)
+                  sm80::cp_async_16_ca(sm80::smem_addr(&ring_act(s, f, l)),
+                                       a_ptr[f] + static_cast<long long>(kb + act_k(l)) * EB, kb + act_k(l) < k_left);
         }
       }
       v.scale[h] = 0u;
@@ -329,7 +334,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // bf16 two-stage rings (the tiles the tuner and the heuristic pick for MXFP4 decode): the
   // registers of the next block's activations fit there; three stages or f16 (through fp32) spill
   // 8-16 bytes with them, and load at the block's start as before.
-  constexpr bool X_AHEAD = !WG && quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && STAGES <= 2;  // MXFP4: no ring
+  constexpr bool X_AHEAD = !WG && !ACT_RING && quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && STAGES <= 2;  // MXFP4: no ring
   uint4 xa[NF][X_LOADS];  // X_AHEAD: the next block's activations
   // Load l of fragment f in block i (relative to the ring turn): its k and address.
   auto x_k = [&](int l, int i) { return i * WARPS_K * KB + act_k(l); };
@@ -492,18 +497,22 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     // Without the activation ring the first blocks' copies need no tile rows: they start before the
     // rows are staged (the slots' copy landing, a division and a barrier), so a CTA's first weights
     // are on their way while it reads its rows.
-    if constexpr (ACT_RING) stage_tile_rows();
+    // MXFP4's activation ring (16-bit activations): the weights go out first in both GEMMs, the
+    // rows are staged under them, then the routed tokens' activations.
+    constexpr bool ROWS_LATE = ACT_RING && !FP8;
+    if constexpr (ACT_RING && !ROWS_LATE) stage_tile_rows();
     // GEMM2 with the activation ring: the first blocks' weights go out before the wait, their
     // activations after it, one group a block as ever (the first group also takes every early
     // weight copy, so a landed group still means a landed block). H100, same run, two rounds
     // (thirty-third session): fp8_block DeepSeek-V3 TP8 M = 4 / 16 79.4-79.5 / 215.8-215.9 ->
     // 78.4-78.6 / 215.0-215.1 us, M = 128 547.7-547.8 -> 549.6-549.9; fp8_channel Qwen3-30B-A3B
     // (heuristic tiles) M = 4 / 16 66.2-66.4 / 150.9-151.3 -> 64.1-64.3 / 147.7-147.9.
-    constexpr bool WEIGHTS_FIRST = ACT_RING && !WAIT_FIRST;
+    constexpr bool WEIGHTS_FIRST = ACT_RING && (!WAIT_FIRST || ROWS_LATE);
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) scales_in_flight[s] = issue_block(s, s, WEIGHTS_FIRST ? kIssueWeights : kIssueBoth);
     if constexpr (WEIGHTS_FIRST) {
-      wait_for_activations();  // the activations (and their scales) of the kernel before
+      if constexpr (ROWS_LATE) stage_tile_rows();  // waits for the slots' group alone: the weights are uncommitted
+      if constexpr (!WAIT_FIRST) wait_for_activations();  // the activations (and their scales) of the kernel before
 #pragma unroll
       for (int s = 0; s < STAGES; ++s) issue_block(s, s, kIssueActs);
     }

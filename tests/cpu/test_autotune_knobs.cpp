@@ -195,13 +195,35 @@ TEST_CASE("autotune: GEMM1 weight multicast over two-CTA clusters: kernel spec, 
 }
 
 // The swap-AB ring's size is one formula for the host (the launch) and the kernel (its
-// static_assert): fp8 layers carry their activations in it, other formats load them per block.
-TEST_CASE("autotune: the swap-AB ring holds fp8 activations beside the weights") {
+// static_assert): fp8 layers and MXFP4 8-token tiles carry their activations in it, other formats load
+// them per block.
+TEST_CASE("autotune: the swap-AB ring holds fp8 and 8-token MXFP4 activations beside the weights") {
   constexpr int kSlot = 32 * 16;  // one 16-byte slot for each lane of a warp
   CHECK(moe_swap_ab_activation_ring(kQuantFp8Block));
   CHECK(moe_swap_ab_activation_ring(kQuantFp8Tensor));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantNone));
+  // MXFP4 8-token mma.sync tiles of 2+ warps along k (and fewer than 16 warps) carry their routed
+  // tokens' activations too; wider, wgmma or one-warp-along-k tiles do not.
+  CHECK(moe_swap_ab_activation_ring(kQuantMxfp4, 8, false, 2, 8));
+  CHECK(moe_swap_ab_activation_ring(kQuantMxfp4Packed, 8, false, 3, 12));
+  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 8, false, 4, 16));  // 16 warps: spills
+  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 8, false, 1));
+  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 16, false, 2));
+  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 8, true, 2));
+  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantInt4Group, 8, false, 2));
+  CHECK(moe_swap_ab_ring_bytes(8, 2, kQuantMxfp4, 8, false, 2) == 8 * 2 * (2 + 4) * kSlot);
+  CHECK(moe_swap_ab_ring_bytes(4, 2, kQuantMxfp4, 8, false, 1) == 4 * 2 * 2 * kSlot);
+  // The launch sizes it with the tile's warps along k.
+  {
+    MoeSpec m = qwen3_30b_a3b_layer();
+    m.quant = kQuantMxfp4;
+    MoeTileConfig t;
+    t.block_m = 8;
+    t.gemm1 = t.gemm2 = swap_ab_tile(4, 2, 2);
+    CHECK(moe_expert_kernel_specs(m, t, "sm_90a")[0].get_int("smem_bytes") ==
+          moe_swap_ab_ring_bytes(8, 2, kQuantMxfp4, 8, false, 2));
+  }
   // fp8: two 16-byte weight loads for each of two rows, two activation loads per 8-token fragment.
   CHECK(moe_swap_ab_ring_bytes(8, 2, kQuantFp8Block, 16) == 8 * 2 * (2 * 2 + 2 * 2) * kSlot);
   CHECK(moe_swap_ab_ring_bytes(8, 4, kQuantFp8Tensor, 32) == 8 * 4 * (2 * 2 + 4 * 2) * kSlot);
