@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   constexpr int ROW_BYTES = KB * BITS / 8;               // stored bytes of a row per block
   constexpr int NF = BLOCK_M / 8;                      // n8 fragments (tokens)
   constexpr int X_LOADS = moe_swap_ab_activation_loads(QUANT);  // 16-byte activation loads per fragment
-  constexpr bool ACT_RING = moe_swap_ab_activation_ring(QUANT, BLOCK_M, WGMMA != 0, WARPS_K, WARPS_N * WARPS_K);  // activations in the ring too
+  // Activations in the ring too (moe_gemm_args.cuh says where).
+  constexpr bool ACT_RING = moe_swap_ab_activation_ring(QUANT, BLOCK_M, WGMMA != 0, WARPS_K, WARPS_N * WARPS_K);
   constexpr int SLOTS = 2 * LOADS + (ACT_RING ? NF * X_LOADS : 0);  // 16-byte ring slots of a lane per stage
   constexpr int BLOCK_N = moe_swap_ab_block_n(WARPS_N, GATED);  // the host sizes the grid with it
   constexpr int THREADS = WARPS_N * WARPS_K * 32;
@@ -331,10 +332,11 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   // us) and loads past the end: the registers keep older finite values (zeros first), which meet
   // zero-filled weights or a column that is never stored. No per-block branch either (whole block
   // or tail): ptxas had wrapped such loads in divergent branches (BSSY / BRA / BSYNC).
-  // bf16 two-stage rings (the tiles the tuner and the heuristic pick for MXFP4 decode): the
+  // bf16 two-stage rings without the activation ring (one warp along k, or 16 warps; the tuned
+  // 8-token tiles of two warps along k copy their activations with the weights instead): the
   // registers of the next block's activations fit there; three stages or f16 (through fp32) spill
   // 8-16 bytes with them, and load at the block's start as before.
-  constexpr bool X_AHEAD = !WG && !ACT_RING && quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && STAGES <= 2;  // MXFP4: no ring
+  constexpr bool X_AHEAD = !WG && !ACT_RING && quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16 && STAGES <= 2;
   uint4 xa[NF][X_LOADS];  // X_AHEAD: the next block's activations
   // Load l of fragment f in block i (relative to the ring turn): its k and address.
   auto x_k = [&](int l, int i) { return i * WARPS_K * KB + act_k(l); };
