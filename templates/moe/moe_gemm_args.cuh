@@ -160,17 +160,25 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_activation_loads(int quant) { retur
 // Whether the activations travel through the ring with the weights (cp.async) instead of being
 // loaded when their block is computed (their L2 latency then stalls the block's first mma).
 // fp8, measured (H100, same run): fp8_block DeepSeek-V3 TP8 M = 16 / 128 231 / 575 -> 226 / 560 us.
-// MXFP4 8-token mma.sync tiles of two or more warps along k, copying only their routed tokens'
-// activations (a decode tile holds ~1-4 of 8): loaded one block ahead in registers, they had held
+// Weight-only (MXFP4, int4, int8) 8-token mma.sync tiles of two or more warps along k (a decode
+// tile holds ~1-4 routed tokens of 8). MXFP4's activations, loaded one block ahead in registers, had held
 // the next block's first mma on L2 (ncu, GEMM1 at M = 16: 35% of the stall samples). H100, same
 // run, two rounds (thirty-eighth session), gpt-oss-120b prepacked M = 4 / 8 / 16 / 32 94.4-94.6 /
 // 157.5-158.2 / 266.5-267.3 / 424.9-425.5 -> 90.7-90.9 / 152.7-152.9 / 257.6-258.0 / 409.6-410.1 us,
 // M = 128 +0.6%; with one warp along k 5-8% slower (M = 2 / 4 / 8 on 4 x 1 tiles). Copying every
 // token's rows (the first try, before the activations loaded ahead) had been 9% slower at M = 16.
+// The same tiles of int4 and int8 (thirty-ninth session, H100, same run, two rounds; the shipped DB
+// or the heuristic's tiles): int4 Qwen3-30B-A3B M = 1 / 2 / 8 21.3-21.4 / 31.2-31.7 / 73.2 ->
+// 21.0 / 30.8-30.9 / 71.4-71.7 us, int4 DeepSeek-V3 TP8 M = 4 / 16 60.5-61.2 / 162.8-163.6 ->
+// 58.2-59.0 / 159.7-161.7, int4 Mixtral-8x7B M = 16 360.5-362.1 -> 352.1-353.2, int8 Qwen3 /
+// gpt-oss-120b M = 4 64.4-64.9 / 157.9-158.0 -> 62.6-62.8 / 154.1-154.3 (gpt-oss-120b M = 1 +1%).
+// Every format copies only its routed tokens' activations (padding slots keep what they held and
+// meet only their own accumulator column, never stored); fp8 had copied every token's, within
+// noise of it (DeepSeek-V3 TP8 M = 8 / 16 / 32 / 128: -0.5..+0.3%, same run).
 // Not for CTAs of 16 warps (`warps`, all of them): MXFP4 into f16 spilled 12-28 bytes there.
 MOEJIT_HOST_DEVICE constexpr bool moe_swap_ab_activation_ring(int quant, int block_m = 0, bool wgmma = false,
                                                               int warps_k = 1, int warps = 1) {
-  return quant_is_fp8(quant) || (quant_is_mxfp4(quant) && block_m == 8 && !wgmma && warps_k >= 2 && warps < 16);
+  return quant_is_fp8(quant) || (quant_dequantizes_b(quant) && block_m == 8 && !wgmma && warps_k >= 2 && warps < 16);
 }
 // Dynamic shared memory: each warp's ring of STAGES k blocks: its 16 weight rows (128 k each: 64,
 // 128 or 256 stored bytes) and, with the activation ring, the tile's activations at the lanes' k

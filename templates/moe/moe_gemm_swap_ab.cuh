@@ -7,9 +7,9 @@
 // what it copied itself), which is what bounds the shared-memory path for decode (4-bit weights
 // above all). A ring in registers instead held 8-16 registers per k block in flight: decode ran at
 // ~2 blocks in flight per warp and 45% of the DRAM bandwidth (ncu, gpt-oss-120b MXFP4, M = 16).
-// fp8 layers copy their (pre-quantized) activations into the same ring, and MXFP4 8-token tiles of
-// 2+ warps along k their routed tokens' (moe_swap_ab_activation_ring); the other tiles load theirs
-// from global memory (L1) when the block is computed (MXFP4: one block ahead).
+// fp8 layers copy their routed tokens' (pre-quantized) activations into the same ring, and so do
+// weight-only 8-token tiles of 2+ warps along k (moe_swap_ab_activation_ring); the other tiles load
+// theirs from global memory (L1) when the block is computed (MXFP4: one block ahead).
 // WGMMA = 1 (sm_90a, 16-bit activations, up to 64 tokens): the same weight path, but the tile's
 // tokens are staged per k block in shared memory and each warpgroup multiplies its 64 weight rows
 // by them with register-A wgmma (moe_swap_ab_parts.cuh), so wider tiles cost no activation registers.
@@ -254,12 +254,12 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
         // The activations right after the first row's weights, before any scale load: issued after
         // the scales instead, fp8_block ran 0.2-0.8% slower (H200, same run).
         if constexpr (ACT_RING) {
-          // 16-bit activations (MXFP4): the routed tokens' alone. A padding token's slots keep
-          // whatever they held; they meet only its own accumulator column, which is never stored.
+          // The routed tokens' alone. A padding token's slots keep whatever they held (any bits);
+          // they meet only its own accumulator column, which is never stored.
           if (h == 0 && (part & kIssueActs))
 #pragma unroll
             for (int f = 0; f < NF; ++f)
-              if (FP8 || x_live[f])
+              if (x_live[f])
 #pragma unroll
                 for (int l = 0; l < X_LOADS; ++l)
                   sm80::cp_async_16_ca(sm80::smem_addr(&ring_act(s, f, l)),
@@ -499,8 +499,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     // Without the activation ring the first blocks' copies need no tile rows: they start before the
     // rows are staged (the slots' copy landing, a division and a barrier), so a CTA's first weights
     // are on their way while it reads its rows.
-    // MXFP4's activation ring (16-bit activations): the weights go out first in both GEMMs, the
-    // rows are staged under them, then the routed tokens' activations.
+    // The weight-only formats' activation ring (16-bit activations): the weights go out first in
+    // both GEMMs, the rows are staged under them, then the routed tokens' activations.
     constexpr bool ROWS_LATE = ACT_RING && !FP8;
     if constexpr (ACT_RING && !ROWS_LATE) stage_tile_rows();
     // GEMM2 with the activation ring: the first blocks' weights go out before the wait, their

@@ -195,23 +195,30 @@ TEST_CASE("autotune: GEMM1 weight multicast over two-CTA clusters: kernel spec, 
 }
 
 // The swap-AB ring's size is one formula for the host (the launch) and the kernel (its
-// static_assert): fp8 layers and MXFP4 8-token tiles carry their activations in it, other formats load
-// them per block.
-TEST_CASE("autotune: the swap-AB ring holds fp8 and 8-token MXFP4 activations beside the weights") {
+// static_assert): fp8 layers and the weight-only formats' 8-token tiles carry their activations in it,
+// other tiles load them per block.
+TEST_CASE("autotune: the swap-AB ring holds fp8 and 8-token weight-only activations beside the weights") {
   constexpr int kSlot = 32 * 16;  // one 16-byte slot for each lane of a warp
   CHECK(moe_swap_ab_activation_ring(kQuantFp8Block));
   CHECK(moe_swap_ab_activation_ring(kQuantFp8Tensor));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantNone));
-  // MXFP4 8-token mma.sync tiles of 2+ warps along k (and fewer than 16 warps) carry their routed
-  // tokens' activations too; wider, wgmma or one-warp-along-k tiles do not.
+  // Weight-only (MXFP4, int4, int8) 8-token mma.sync tiles of 2+ warps along k (and fewer than 16
+  // warps) carry their routed tokens' activations too; wider, wgmma or one-warp-along-k tiles do
+  // not, nor 16-bit weights.
   CHECK(moe_swap_ab_activation_ring(kQuantMxfp4, 8, false, 2, 8));
   CHECK(moe_swap_ab_activation_ring(kQuantMxfp4Packed, 8, false, 3, 12));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 8, false, 4, 16));  // 16 warps: spills
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 8, false, 1));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 16, false, 2));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 8, true, 2));
-  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantInt4Group, 8, false, 2));
+  CHECK(moe_swap_ab_activation_ring(kQuantInt4Group, 8, false, 2, 8));
+  CHECK(moe_swap_ab_activation_ring(kQuantInt8Channel, 8, false, 2, 8));
+  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantInt4Group, 8, false, 1, 8));
+  CHECK_FALSE(moe_swap_ab_activation_ring(kQuantNone, 8, false, 2, 8));
+  // int4: one 16-byte weight load for each of two rows, four activation loads; int8: two and four.
+  CHECK(moe_swap_ab_ring_bytes(8, 2, kQuantInt4Group, 8, false, 2) == 8 * 2 * (2 + 4) * kSlot);
+  CHECK(moe_swap_ab_ring_bytes(8, 3, kQuantInt8Channel, 8, false, 2) == 8 * 3 * (2 * 2 + 4) * kSlot);
   CHECK(moe_swap_ab_ring_bytes(8, 2, kQuantMxfp4, 8, false, 2) == 8 * 2 * (2 + 4) * kSlot);
   CHECK(moe_swap_ab_ring_bytes(4, 2, kQuantMxfp4, 8, false, 1) == 4 * 2 * 2 * kSlot);
   // The launch sizes it with the tile's warps along k.
