@@ -138,10 +138,11 @@ ExpertQuant compressed_tensors_method(const nlohmann::json& q) {
     refuse(fmt::format("{} with quantized activations (w{}a{}): moejit's integer formats are weight-only", scheme, bits,
                        field(a, "num_bits", 8)));
   if (bits == 4) {
-    const int group = field(w, "group_size", 0);
-    if (strategy != "group") refuse(scheme + ": int4_group takes scales per group of 32, 64 or 128 k");
+    if (strategy != "group" && strategy != "channel")
+      refuse(scheme + ": int4_group takes scales per group of 32, 64 or 128 k, or per channel");
     ExpertQuant e{"int4_group"};
-    e.group = group;  // MoeSpec::validate names a group it does not take
+    // MoeSpec::validate names a group it does not take.
+    e.group = strategy == "channel" ? kQuantGroupPerRow : field(w, "group_size", 0);
     e.zero_points = !symmetric;
     return e;
   }

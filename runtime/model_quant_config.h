@@ -14,7 +14,7 @@ namespace moejit {
 
 struct ExpertQuant {
   std::string quant = "none";  // parse_quant spelling
-  int group = 128;             // int4_group
+  int group = 128;             // int4_group (kQuantGroupPerRow: one scale per weight row)
   bool zero_points = false;    // int4_group
 };
 

@@ -371,7 +371,9 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
     g.b_scale_expert_stride = scale.given() ? scale.strides[0] : 0;
     g.b_scale_row_stride = scale.rank >= 2 ? scale.strides[1] : 0;
     g.b_scale_row_shift = spec_.quant == kQuantFp8Block ? 7 : 0;
-    g.b_scale_k_shift = spec_.quant == kQuantInt4Group ? std::countr_zero(unsigned(spec_.quant_group))
+    g.b_scale_k_shift = spec_.quant == kQuantInt4Group
+                            ? (spec_.quant_group == kQuantGroupPerRow ? kQuantGroupPerRowShift
+                                                                      : std::countr_zero(unsigned(spec_.quant_group)))
                         : quant_is_mxfp4(spec_.quant) ? std::countr_zero(unsigned(kMxfp4GroupSize))
                         : spec_.quant == kQuantFp8Block ? 7
                                                           : 0;

@@ -53,9 +53,10 @@ std::vector<std::string> MoeSpec::unsupported() const {
                      quant_name(quant), hidden, intermediate, unit, why_unit));
   };
   if (quant == kQuantInt4Group) {
-    need(quant_group == 32 || quant_group == 64 || quant_group == 128,
-         fmt::format("quant_group = {} must be 32, 64 or 128", quant_group));
-    if (quant_group > 0) divisible(std::max(quant_group, 32), "whole scale groups of 16-byte chunks");
+    need(quant_group == 32 || quant_group == 64 || quant_group == 128 || quant_group == kQuantGroupPerRow,
+         fmt::format("quant_group = {} must be 32, 64 or 128, or -1 (one scale per weight row)", quant_group));
+    if (quant_group > 0) divisible(quant_group, "whole scale groups of 16-byte chunks");
+    else divisible(32, "16-byte chunks of 4-bit elements");
   } else if (quant_is_mxfp4(quant)) {
     divisible(kMxfp4GroupSize, "one e8m0 scale per 32 elements");
   } else if (quant != kQuantNone) {

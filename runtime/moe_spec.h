@@ -43,7 +43,9 @@ struct MoeSpec {
   float swiglu_limit = 7.0f;            // swigluoai, swiglustep
   // Quantized experts (templates/moe/quant_kinds.cuh documents each layout; docs/quantization.md).
   MoeQuant quant = kQuantNone;
-  int quant_group = 128;                // int4_group: k elements per scale (32, 64 or 128)
+  // int4_group: k elements per scale (32, 64 or 128), or kQuantGroupPerRow: one scale (and zero
+  // point) per weight row over all of k, per channel (GPTQ's group_size -1).
+  int quant_group = 128;
   bool quant_zero_points = false;       // int4_group: per-group uint8 zero points (else 8)
 
   int local_experts() const { return num_local_experts < 0 ? num_experts : num_local_experts; }

@@ -37,6 +37,10 @@ enum MoeQuant : int {
 
 inline constexpr int kQuantFp8BlockSize = 128;  // the 128x128 weight blocks / 128-wide activation groups
 inline constexpr int kMxfp4GroupSize = 32;
+// int4_group's quant_group for one scale (and zero point) per weight row over all of k: per channel,
+// as GPTQ's group_size -1. The kernels read scale column k >> kQuantGroupPerRowShift, 0 for any k.
+inline constexpr int kQuantGroupPerRow = -1;
+inline constexpr int kQuantGroupPerRowShift = 31;
 inline constexpr float kFp8E4m3Max = 448.f;
 
 MOEJIT_HOST_DEVICE constexpr bool quant_is_fp8(int q) { return q >= kQuantFp8Block && q <= kQuantFp8Tensor; }

@@ -66,15 +66,23 @@ MoeSpec quant_spec(MoeQuant q) {
 }  // namespace
 
 TEST_CASE("quant: random quantized weights decode to their stored codes exactly") {
-  for (MoeQuant q : {kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4, kQuantMxfp4Packed, kQuantFp8Block,
-                     kQuantFp8Channel, kQuantFp8Tensor}) {
+  // (int4 twice: groups of 64 k, then one scale per weight row.)
+  const std::pair<MoeQuant, int> formats[] = {{kQuantInt8Channel, 64}, {kQuantInt4Group, 64},
+                                              {kQuantInt4Group, kQuantGroupPerRow}, {kQuantMxfp4, 64},
+                                              {kQuantMxfp4Packed, 64}, {kQuantFp8Block, 64},
+                                              {kQuantFp8Channel, 64}, {kQuantFp8Tensor, 64}};
+  for (const auto& [q, group] : formats) {
     MoeSpec s = quant_spec(q);
-    s.quant_group = 64;
+    s.quant_group = group;
     s.quant_zero_points = q == kQuantInt4Group;
     const std::int64_t E = 3, R = 160, C = 256;  // 160 rows: two 128-row fp8 blocks, the second partial
     const auto w = random_quantized_weights(s, E, R, C, 0.1, 42);
     const QuantTensorLayout l = quant_weight_layout(s, E, R, C);
-    INFO(quant_name(q));
+    INFO(quant_name(q) << " group " << group);
+    if (q == kQuantInt4Group) {
+      CHECK(l.scale_shape.size() == 3);
+      CHECK(l.scale_shape[2] == (group > 0 ? C / group : 1));
+    }
     CHECK(w.weights.size() == std::size_t(E * R * C * quant_weight_bits(q) / 8));
     CHECK(w.dequantized.size() == std::size_t(E * R * C));
     CHECK(w.zeros.empty() == !l.has_zero);
@@ -88,7 +96,8 @@ TEST_CASE("quant: random quantized weights decode to their stored codes exactly"
           value = float(std::int8_t(w.weights[i])) * scale;
           break;
         case kQuantInt4Group: {
-          const std::size_t si = (e * R + r) * (C / 64) + c / 64;
+          const std::int64_t g = group > 0 ? group : C;
+          const std::size_t si = (e * R + r) * (C / g) + c / g;
           std::uint16_t bits;
           std::memcpy(&bits, &w.scales[si * 2], 2);
           const int nibble = (w.weights[i / 2] >> (4 * (i & 1))) & 15;
@@ -161,7 +170,17 @@ TEST_CASE("quant: spec validation names the format's shape rules") {
   };
   MoeSpec s = quant_spec(kQuantInt4Group);
   s.quant_group = 48;
-  CHECK(why(s).find("quant_group = 48 must be 32, 64 or 128") != std::string::npos);
+  CHECK(why(s).find("quant_group = 48 must be 32, 64 or 128, or -1") != std::string::npos);
+  s.quant_group = 0;
+  CHECK(why(s).find("quant_group = 0 must be") != std::string::npos);
+  // One scale per weight row (GPTQ's group_size -1): whole 16-byte chunks of 32 codes, any number of them.
+  s.quant_group = kQuantGroupPerRow;
+  s.hidden = 96;
+  s.intermediate = 160;
+  CHECK(why(s).empty());
+  s.hidden = 80;
+  CHECK(why(s).find("multiples of 32") != std::string::npos);
+  s.hidden = 256;
   s.quant_group = 128;
   s.intermediate = 192;  // not a multiple of the group
   CHECK(why(s).find("multiples of 128") != std::string::npos);
@@ -403,6 +422,12 @@ TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
   const MoeSpec awq = spec_of(R"({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": true})");
   CHECK(awq.quant == kQuantInt4Group);
   CHECK(awq.quant_zero_points);
+  // 4-bit GPTQ with group_size -1: one scale (and zero point) per weight row.
+  const MoeSpec gptq_rows = spec_of(R"({"quant_method": "gptq", "bits": 4, "group_size": -1, "sym": false})");
+  CHECK(gptq_rows.quant == kQuantInt4Group);
+  CHECK(gptq_rows.quant_group == kQuantGroupPerRow);
+  CHECK(gptq_rows.quant_zero_points);
+  CHECK(gptq_rows.unsupported().empty());
   CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "bitsandbytes"})"), doctest::Contains("'bitsandbytes' is not supported"),
                        Error);
   CHECK_THROWS_WITH_AS(spec_of(R"({"quant_method": "fp8", "weight_block_size": [64, 64]})"),
@@ -440,6 +465,12 @@ TEST_CASE("quant: Hugging Face quantization_config picks the expert format") {
   CHECK(w4.quant == kQuantInt4Group);
   CHECK(w4.quant_group == 64);
   CHECK(w4.quant_zero_points);
+  const MoeSpec w4_rows = ct(R"({"num_bits": 4, "type": "int", "strategy": "channel", "symmetric": true})", "null");
+  CHECK(w4_rows.quant == kQuantInt4Group);
+  CHECK(w4_rows.quant_group == kQuantGroupPerRow);
+  CHECK(!w4_rows.quant_zero_points);
+  CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 4, "type": "int", "strategy": "tensor", "symmetric": true})", "null"),
+                       doctest::Contains("or per channel"), Error);
   CHECK(ct(R"({"num_bits": 8, "type": "int", "strategy": "channel", "symmetric": true})", "null").quant ==
         kQuantInt8Channel);
   CHECK_THROWS_WITH_AS(ct(R"({"num_bits": 8, "type": "float", "strategy": "channel"})", "null"),

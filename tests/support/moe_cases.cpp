@@ -196,6 +196,12 @@ std::vector<MoeCase> moe_quant_cases() {
   int4.quant_zero_points = true;
   int4.reduce = ReduceMode::Deterministic;
   add(int4);
+  // One scale and zero point per weight row (GPTQ's group_size -1), K = 352 and N = 96: k tiles
+  // of no power-of-two group.
+  int4 = small(kQuantInt4Group, 352, 96, kActSiluMul, kDTypeBF16);
+  int4.quant_group = kQuantGroupPerRow;
+  int4.quant_zero_points = true;
+  add(int4);
   // MXFP4 as gpt-oss: swigluoai with biases.
   MoeSpec mx = small(kQuantMxfp4, 352, 96, kActSwigluOai, kDTypeBF16);
   mx.has_bias = true;

@@ -32,6 +32,9 @@ std::vector<MoeSpec> swap_ab_specs() {
   specs.push_back(s);
   s = layer(kActRelu2, kDTypeF16, kQuantInt4Group, 416, 96);  // one input per column, group 32
   specs.push_back(s);
+  s.quant_group = kQuantGroupPerRow;  // one scale and zero point per weight row
+  s.quant_zero_points = true;
+  specs.push_back(s);
   s = layer(kActSiluMul, kDTypeBF16, kQuantInt8Channel, 208, 80);
   s.has_bias = true;
   specs.push_back(s);
@@ -265,6 +268,9 @@ std::vector<MoeKernelCase> moe_wgmma_dequant_cases() {
   s.quant_zero_points = true;
   specs.push_back(s);
   specs.push_back(layer(8, 2, 416, 96, kActRelu2, kDTypeF16, kQuantInt4Group));  // one input per column
+  s = layer(8, 2, 416, 96, kActSiluMul, kDTypeBF16, kQuantInt4Group);
+  s.quant_group = kQuantGroupPerRow;  // one scale per weight row
+  specs.push_back(s);
   s = layer(8, 2, 208, 80, kActSiluMul, kDTypeBF16, kQuantInt8Channel);
   s.has_bias = true;
   specs.push_back(s);
