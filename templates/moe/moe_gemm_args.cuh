@@ -203,7 +203,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_smem_bytes(int warps, int stages, i
 // not ring depth, hide the latency. Only where that fits: one n8 fragment, up to 4 stages, and
 // not MXFP4 into f16 (through fp32). int4's 3- and 4-stage tiles spill a little under the cap
 // (4-16 bytes at s3, 72 at s4; the CPU test of the tuner's 8-token tiles holds them there) and
-// still run faster with it: H100, Qwen3-30B-A3B int4 M = 128 (the DB's w4x1 s3 GEMM1) 225 us against 237
+// still run faster with it: H100, Qwen3-30B-A3B int4 M = 128 (w4x1 s3 GEMM1, the DB's pick then) 225 us against 237
 // uncapped (98 registers, no spill), three same-run rounds.
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_min_ctas(int block_m, int stages, int quant, int dtype, int threads, int wgmma) {
   // The wgmma variant: two CTAs of 8 warps an SM where that compiles without spills (NVRTC 13.0,
