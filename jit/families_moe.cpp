@@ -181,13 +181,13 @@ FamilyInfo moe_gemm_swap_ab_family() {
   // instead of for the whole grid; its own instance because the runtime choice between the two
   // waits cost the grid-wide one 1-4% (thirty-seventh session). Where the runtime may take it:
   // mma.sync, 16-bit activations (swap_ab_tile_handover), under dependent launch (sm_90+), CTAs of
-  // fewer than 16 warps: at 512 threads (128 registers) the f16 MXFP4 tiles spilled 12-20 bytes with
-  // it; the host keeps the grid-wide wait where the instance is missing.
+  // fewer than 16 warps (moe_swap_ab_register_bound: the f16 MXFP4 tiles spilled 12-20 bytes with it
+  // at 512 threads); the host keeps the grid-wide wait where the instance is missing.
   f.entries = {{"gemm", "moejit::moe_gemm_swap_ab_kernel", "moejit::MoeGemmArgs", "0"},
                {"gemm_tiles", "moejit::moe_gemm_swap_ab_kernel", "moejit::MoeGemmArgs", "1", [](const KernelSpec& s) {
                   return s.get_string("role") == "gemm2_atomic" && s.get_int("wgmma") == 0 &&
                          !quant_is_fp8(parse_quant(s.get_string("quant"))) && arch_has_dependent_launch(s.arch) &&
-                         s.get_int("warps_n") * s.get_int("warps_k") < 16;
+                         !moe_swap_ab_register_bound(static_cast<int>(s.get_int("warps_n") * s.get_int("warps_k")));
                 }}};
   f.derive = [](KernelSpec& s) {
     const std::int64_t bm = s.get_int("block_m"), wn = s.get_int("warps_n"), wk = s.get_int("warps_k");

@@ -155,6 +155,10 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_wgmma_data_registers(int block_m, i
   return 2 * (quant_weight_bits(quant) / 4) * 4 + stages * 4 + (block_m / 8) * 4 + 32 +
          10 * ((block_m / 8 * 4 + warps - 1) / warps) + (quant_is_mxfp4(quant) && dtype == kDTypeF16 ? 2 * (block_m / 8) : 0);
 }
+// CTAs of 16 warps (512 threads) have 128 registers a thread: the f16 MXFP4 tiles there leave no
+// room for the activation ring nor for the per-tile handover (each spilled 12-28 bytes in CI's
+// no-spill sweep), so both features stop below it.
+MOEJIT_HOST_DEVICE constexpr bool moe_swap_ab_register_bound(int warps) { return warps >= 16; }
 // 16-byte activation loads of one lane per k block and token fragment: its 32 k of one token.
 MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_activation_loads(int quant) { return 32 * quant_activation_bytes(quant) / 16; }
 // Whether the activations travel through the ring with the weights (cp.async) instead of being
@@ -178,7 +182,8 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_activation_loads(int quant) { retur
 // Not for CTAs of 16 warps (`warps`, all of them): MXFP4 into f16 spilled 12-28 bytes there.
 MOEJIT_HOST_DEVICE constexpr bool moe_swap_ab_activation_ring(int quant, int block_m = 0, bool wgmma = false,
                                                               int warps_k = 1, int warps = 1) {
-  return quant_is_fp8(quant) || (quant_dequantizes_b(quant) && block_m == 8 && !wgmma && warps_k >= 2 && warps < 16);
+  return quant_is_fp8(quant) ||
+         (quant_dequantizes_b(quant) && block_m == 8 && !wgmma && warps_k >= 2 && !moe_swap_ab_register_bound(warps));
 }
 // Dynamic shared memory: each warp's ring of STAGES k blocks: its 16 weight rows (128 k each: 64,
 // 128 or 256 stored bytes) and, with the activation ring, the tile's activations at the lanes' k

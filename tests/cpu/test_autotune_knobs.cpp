@@ -209,6 +209,8 @@ TEST_CASE("autotune: the swap-AB ring holds fp8 and 8-token weight-only activati
   CHECK(moe_swap_ab_activation_ring(kQuantMxfp4, 8, false, 2, 8));
   CHECK(moe_swap_ab_activation_ring(kQuantMxfp4Packed, 8, false, 3, 12));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 8, false, 4, 16));  // 16 warps: spills
+  CHECK(moe_swap_ab_register_bound(16));
+  CHECK_FALSE(moe_swap_ab_register_bound(14));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 8, false, 1));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 16, false, 2));
   CHECK_FALSE(moe_swap_ab_activation_ring(kQuantMxfp4, 8, true, 2));
