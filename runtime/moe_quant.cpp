@@ -53,7 +53,7 @@ QuantTensorLayout quant_weight_layout(const MoeSpec& s, std::int64_t e, std::int
       l.weight_shape = {e, rows, cols / 2};
       l.has_scale = true;
       l.scale_type = dt;
-      l.scale_shape = {e, rows, s.quant_group == kQuantGroupPerRow ? 1 : cols / s.quant_group};
+      l.scale_shape = {e, rows, cols / s.int4_group_k(cols)};
       l.has_zero = s.quant_zero_points;
       break;
     case kQuantMxfp4:
@@ -176,9 +176,7 @@ QuantizedWeights random_quantized_weights(const MoeSpec& s, std::int64_t experts
       default: scale[i] = short_scale(magnitude / 448 * jitter); put_f32(q.scales, i, scale[i]); break;
     }
   }
-  const std::int64_t group = s.quant != kQuantInt4Group           ? kMxfp4GroupSize
-                             : s.quant_group == kQuantGroupPerRow ? C
-                                                                  : s.quant_group;
+  const std::int64_t group = s.quant == kQuantInt4Group ? s.int4_group_k(C) : kMxfp4GroupSize;
   parallel_for(experts * R, [&](std::int64_t er) {
     const std::int64_t e = er / R, r = er % R;
     for (std::int64_t c = 0; c < C; ++c) {

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct MoeSpec {
   bool quant_zero_points = false;       // int4_group: per-group uint8 zero points (else 8)
 
   int local_experts() const { return num_local_experts < 0 ? num_experts : num_local_experts; }
+  // int4_group: k elements a scale covers in a reduction of k_total (all of it per weight row).
+  std::int64_t int4_group_k(std::int64_t k_total) const {
+    return quant_group == kQuantGroupPerRow ? k_total : quant_group;
+  }
   int w1_rows() const { return activation_is_gated(activation) ? 2 * intermediate : intermediate; }
   RouterConfig router_config() const;   // block sizes left at their defaults
   std::vector<std::string> unsupported() const;  // empty = supported

@@ -165,8 +165,8 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_activation_loads(int quant) { retur
 // loaded when their block is computed (their L2 latency then stalls the block's first mma).
 // fp8, measured (H100, same run): fp8_block DeepSeek-V3 TP8 M = 16 / 128 231 / 575 -> 226 / 560 us.
 // Weight-only (MXFP4, int4, int8) 8-token mma.sync tiles of two or more warps along k (a decode
-// tile holds ~1-4 routed tokens of 8). MXFP4's activations, loaded one block ahead in registers, had held
-// the next block's first mma on L2 (ncu, GEMM1 at M = 16: 35% of the stall samples). H100, same
+// tile holds ~1-4 routed tokens of 8). MXFP4's activations, loaded one block ahead in registers,
+// had held the next block's first mma on L2 (ncu, GEMM1 at M = 16: 35% of the stall samples). H100, same
 // run, two rounds (thirty-eighth session), gpt-oss-120b prepacked M = 4 / 8 / 16 / 32 94.4-94.6 /
 // 157.5-158.2 / 266.5-267.3 / 424.9-425.5 -> 90.7-90.9 / 152.7-152.9 / 257.6-258.0 / 409.6-410.1 us,
 // M = 128 +0.6%; with one warp along k 5-8% slower (M = 2 / 4 / 8 on 4 x 1 tiles). Copying every
@@ -179,7 +179,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_swap_ab_activation_loads(int quant) { retur
 // Every format copies only its routed tokens' activations (padding slots keep what they held and
 // meet only their own accumulator column, never stored); fp8 had copied every token's, within
 // noise of it (DeepSeek-V3 TP8 M = 8 / 16 / 32 / 128: -0.5..+0.3%, same run).
-// Not for CTAs of 16 warps (`warps`, all of them): MXFP4 into f16 spilled 12-28 bytes there.
+// Not for CTAs at moe_swap_ab_register_bound (`warps`: all of the CTA's).
 MOEJIT_HOST_DEVICE constexpr bool moe_swap_ab_activation_ring(int quant, int block_m = 0, bool wgmma = false,
                                                               int warps_k = 1, int warps = 1) {
   return quant_is_fp8(quant) ||
