@@ -102,6 +102,21 @@ nlohmann::json dbrx_as_common(const nlohmann::json& root) {
   }
   return flat;
 }
+// Routing fields a config leaves out take its Hugging Face config class's default, as the model's
+// code (and vLLM, which builds its layers from that class) runs them: the classes below default
+// norm_topk_prob to False (Qwen2MoeConfig, Qwen3MoeConfig, OlmoeConfig, DeepseekV2Config,
+// Dots1Config); DeepseekV3Config defaults to grouped top-k (n_group 8, topk_group 4) scaled by 2.5.
+// Other model types: renormalized, one group, scale 1 (Mixtral's router).
+struct UnstatedRouting {
+  const char* model_type;
+  bool renormalize;
+  int n_group, topk_group;
+  double routed_scaling_factor;
+};
+constexpr UnstatedRouting kUnstatedRouting[] = {
+    {"qwen2_moe", false, 1, 1, 1.0}, {"qwen3_moe", false, 1, 1, 1.0}, {"olmoe", false, 1, 1, 1.0},
+    {"deepseek_v2", false, 1, 1, 1.0}, {"dots1", false, 1, 1, 1.0}, {"deepseek_v3", true, 8, 4, 2.5},
+};
 }  // namespace
 
 ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
@@ -113,6 +128,13 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
   const nlohmann::json& j = root.contains("text_config") && root["text_config"].is_object() ? root["text_config"] : root;
   ModelMoeConfig m;
   m.model_type = model_type;
+  for (const UnstatedRouting& d : kUnstatedRouting)
+    if (model_type == d.model_type) {
+      m.renormalize = d.renormalize;
+      m.n_group = d.n_group;
+      m.topk_group = d.topk_group;
+      m.routed_scaling_factor = d.routed_scaling_factor;
+    }
   // ERNIE-4.5's moe_num_experts / moe_k: the same fields under its own names.
   m.num_experts = required_int(j, {"num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts"});
   m.top_k = required_int(j, {"num_experts_per_tok", "moe_topk", "top_k", "moe_k"});

@@ -1,9 +1,10 @@
 // The MoE part of a Hugging Face config.json (Mixtral, Qwen2/Qwen3-MoE, DeepSeek-V2/V3/V4, gpt-oss,
 // Llama-4, GLM-4.5, Jamba, Nemotron-H, ERNIE-4.5, DBRX's ffn_config, ...): experts, top_k, sizes and the
-// routing rule, with errors that name the missing field. Rules a model's code implies rather than
-// its config states are set by model_type (gpt-oss, Llama-4, GLM-4.5 and Nemotron-H sigmoid scores,
-// Jamba without renormalization); a router moejit does not implement (phimoe's sparsemixer) is an
-// error, never a stand-in.
+// routing rule, with errors that name the missing field. Routing fields a config leaves out take its
+// Hugging Face config class's defaults (model_config.cpp: kUnstatedRouting). Rules a model's code
+// implies rather than its config states are set by model_type (gpt-oss, Llama-4, GLM-4.5 and
+// Nemotron-H sigmoid scores, Jamba without renormalization); a router moejit does not implement
+// (phimoe's sparsemixer) is an error, never a stand-in.
 #pragma once
 
 #include <nlohmann/json.hpp>

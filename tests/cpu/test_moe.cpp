@@ -446,6 +446,33 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
   CHECK(jamba.scoring == Scoring::Softmax);
   CHECK(spec_of(R"({"model_type":"mixtral","num_local_experts":8,"num_experts_per_tok":2,"hidden_size":64,
                     "intermediate_size":64})").renormalize);
+  // Fields a config leaves out (or states as null) take its Hugging Face class's defaults: Qwen2 /
+  // Qwen3-MoE, OLMoE, DeepSeek-V2 and dots1 keep the top-k weights as they are; DeepSeek-V3 groups
+  // (8 groups, 4 picked) and scales by 2.5. What a config states wins.
+  for (const char* type : {"qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2", "dots1"}) {
+    CAPTURE(type);
+    const std::string base = fmt::format(R"("model_type":"{}","num_experts":64,"num_experts_per_tok":6,)"
+                                         R"("hidden_size":64,"moe_intermediate_size":64)",
+                                         type);
+    const MoeSpec unstated = spec_of(("{" + base + "}").c_str());
+    CHECK_FALSE(unstated.renormalize);
+    CHECK(unstated.n_group == 1);
+    CHECK(unstated.routed_scaling_factor == 1.0f);
+    CHECK_FALSE(spec_of(("{" + base + R"(,"norm_topk_prob":null})").c_str()).renormalize);
+    CHECK(spec_of(("{" + base + R"(,"norm_topk_prob":true})").c_str()).renormalize);
+  }
+  const MoeSpec v3_unstated = spec_of(R"({"model_type":"deepseek_v3","n_routed_experts":64,"num_experts_per_tok":8,
+                                          "hidden_size":64,"moe_intermediate_size":64})");
+  CHECK(v3_unstated.renormalize);
+  CHECK(v3_unstated.n_group == 8);
+  CHECK(v3_unstated.topk_group == 4);
+  CHECK(v3_unstated.routed_scaling_factor == 2.5f);
+  const MoeSpec v3_stated = spec_of(R"({"model_type":"deepseek_v3","n_routed_experts":64,"num_experts_per_tok":8,
+                                        "hidden_size":64,"moe_intermediate_size":64,"n_group":1,"topk_group":1,
+                                        "routed_scaling_factor":1.0,"norm_topk_prob":false})");
+  CHECK_FALSE(v3_stated.renormalize);
+  CHECK(v3_stated.n_group == 1);
+  CHECK(v3_stated.routed_scaling_factor == 1.0f);
   const MoeSpec ling = spec_of(R"({"model_type":"bailing_moe","num_experts":256,"num_experts_per_tok":8,
                                    "hidden_size":2048,"moe_intermediate_size":512,"score_function":"sigmoid",
                                    "n_group":8,"topk_group":4,"norm_topk_prob":true})");
