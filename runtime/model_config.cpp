@@ -1,5 +1,8 @@
 #include "runtime/model_config.h"
 
+#include <algorithm>
+#include <limits>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -20,13 +23,29 @@ std::optional<T> optional_field(const nlohmann::json& j, std::initializer_list<c
   return typed_field<T>(j, names, kWhat);
 }
 
+// A positive integer, or a per-layer list of them (Hunyuan's num_experts, moe_topk,
+// moe_intermediate_size) whose entries agree: this describes one MoE layer, so layers that differ
+// are an error naming the field (each layer then needs a MoeSpec of its own).
 int required_int(const nlohmann::json& j, std::initializer_list<const char*> names) {
-  const nlohmann::json* v = first_present(j, names);
-  std::vector<std::string> list(names.begin(), names.end());
+  const char* name = nullptr;
+  const nlohmann::json* v = first_present(j, names, &name);
   if (v == nullptr)
-    throw Error(Phase::Validate, fmt::format("model config has none of: {}", fmt::join(list, ", ")));
-  if (!v->is_number_integer() || v->get<long long>() <= 0)
-    throw Error(Phase::Validate, fmt::format("model config field {} must be a positive integer", list.front()));
+    throw Error(Phase::Validate, fmt::format("model config has none of: {}", fmt::join(names, ", ")));
+  auto positive = [](const nlohmann::json& x) {
+    return x.is_number_integer() && x.get<long long>() > 0 && x.get<long long>() <= std::numeric_limits<int>::max();
+  };
+  if (v->is_array() && !v->empty() && std::all_of(v->begin(), v->end(), positive)) {
+    if (std::any_of(v->begin(), v->end(), [&](const nlohmann::json& x) { return x != v->front(); }))
+      throw Error(Phase::Validate, fmt::format("model config field {} = {} differs between layers; describe each "
+                                               "layer with a MoeSpec of its own",
+                                               name, v->dump()));
+    return v->front().get<int>();
+  }
+  if (!positive(*v))
+    throw Error(Phase::Validate,
+                fmt::format("model config field {} = {} must be a positive integer (or a list of equal ones, "
+                            "one per layer)",
+                            name, v->dump()));
   return v->get<int>();
 }
 // Hugging Face activation spellings: the layer activation of a gated expert (x W_gate, x W_up) and
@@ -178,8 +197,10 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
     m.activation = single_input_activation(optional_field<std::string>(j, {"mlp_hidden_act"}).value_or("relu2"));  // HF's default
     if (first_present(j, {"moe_latent_size"})) m.hidden = required_int(j, {"moe_latent_size"});
   }
-  // Jamba keeps the softmax weights of its top-k as they are (no renormalization) unless it says.
+  // Jamba keeps the softmax weights of its top-k as they are (no renormalization) unless it says;
+  // Hunyuan renormalizes from two experts on (a top-1 layer keeps its softmax weight).
   if (m.model_type == "jamba" && !norm_stated) m.renormalize = false;
+  if (m.model_type == "hunyuan_v1_moe" && !norm_stated) m.renormalize = m.top_k > 1;
   if (m.model_type.rfind("llama4", 0) == 0) {
     m.scoring = "sigmoid";  // Llama-4: top-1 on logits, weight = sigmoid(logit)
     m.renormalize = false;

@@ -550,6 +550,25 @@ TEST_CASE("moe: Hugging Face configs become MoE layer specs") {
   CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"dbrx","d_model":64,"ffn_config":{"ffn_hidden_size":64,
                                    "moe_num_experts":4,"moe_top_k":2,"moe_normalize_expert_weights":2}})"),
                        doctest::Contains("moe_normalize_expert_weights"), Error);
+  // Per-layer lists (Hunyuan's num_experts, moe_topk, moe_intermediate_size): equal entries are the
+  // layer's value; layers that differ, or entries that are not positive integers, are errors.
+  const MoeSpec hunyuan = spec_of(R"({"model_type":"hunyuan_v1_moe","num_experts":[64,64,64],"moe_topk":[8,8,8],
+                                      "hidden_size":4096,"moe_intermediate_size":[3072,3072,3072]})");
+  CHECK(hunyuan.num_experts == 64);
+  CHECK(hunyuan.top_k == 8);
+  CHECK(hunyuan.intermediate == 3072);
+  CHECK(hunyuan.renormalize);
+  CHECK_FALSE(spec_of(R"({"model_type":"hunyuan_v1_moe","num_experts":16,"moe_topk":1,"hidden_size":64,
+                          "moe_intermediate_size":64})").renormalize);  // top-1: its softmax weight
+  CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"hunyuan_v1_moe","num_experts":64,"moe_topk":[8,8,6],
+                                   "hidden_size":4096,"moe_intermediate_size":3072})"),
+                       doctest::Contains("moe_topk = [8,8,6] differs between layers"), Error);
+  for (const char* bad : {R"([])", R"([8,0])", R"("8")", R"(8.5)", R"(-2)", R"([8,"8"])"})
+    CHECK_THROWS_WITH_AS(spec_of(fmt::format(R"({{"model_type":"x","num_experts":64,"moe_topk":{},)"
+                                             R"("hidden_size":64,"moe_intermediate_size":64}})",
+                                             bad)
+                                     .c_str()),
+                         doctest::Contains("moe_topk"), Error);
   CHECK_THROWS_WITH_AS(spec_of(R"({"model_type":"phimoe","num_local_experts":16,"num_experts_per_tok":2,
                                    "hidden_size":4096,"intermediate_size":6400})"),
                        doctest::Contains("sparsemixer"), Error);
