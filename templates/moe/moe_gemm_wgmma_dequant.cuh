@@ -39,40 +39,47 @@ struct WeightDequantizer {
   static_assert(THREADS == moe_wgmma_producer_threads(QUANT), "moe_wgmma_raw_slot_bytes sizes a slot for them");
   static_assert(quant_dequantizes_b(QUANT), "weight-only formats");
 
-  int wrow[LOADS];           // weight row of each piece (-1 past the output columns, -2 past the tile)
-  long long scale_at[LOADS];  // index of the piece row's first scale (k = 0)
-  const unsigned char* b_base;  // the expert's weights
+  int wrow[LOADS];              // weight row of each piece (-1 past the output columns, -2 past the tile)
+  int k_tiles[LOADS];           // the piece holds weights in k tiles [0, k_tiles) (0: never)
+  long long scale_at[LOADS];    // index of the piece's scale at k tile 0 (its row's and k offset's)
+  const unsigned char* src[LOADS];  // the piece's stored bytes at k tile 0 (any valid address else)
   int tid;
 
   __device__ static int row_of(int tid, int l) { return (tid + l * THREADS) / PIECES; }
   __device__ static int piece_of(int tid, int l) { return (tid + l * THREADS) % PIECES; }
 
+  // Per item: each piece's source, scale index and k extent, so that the k loop adds a k tile's
+  // offset and compares once instead of rebuilding addresses and bounds. These producers bound
+  // the kernel (ncu: its consumers wait on `full` half their time); the per-k-tile address and
+  // bound work cost 3-8% of weight-only prefill (H100, fortieth session).
   __device__ void init(const MoeGemmArgs& args, int n0, int expert, int thread) {
     tid = thread;
-    b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride;
+    const unsigned char* b_base = static_cast<const unsigned char*>(args.b) + expert * args.b_expert_stride;
 #pragma unroll
     for (int l = 0; l < LOADS; ++l) {
-      const int r = row_of(tid, l);
+      const int r = row_of(tid, l), k0 = piece_of(tid, l) * PIECE_K;
       wrow[l] = tid + l * THREADS >= TOTAL
                     ? -2
                     : moe_tile::weight_row<ACT>(args, n0 + (G == 2 ? r % BLOCK_N : r), G == 2 ? r / BLOCK_N : 0);
-      scale_at[l] = wrow[l] < 0 ? 0
-                                : expert * args.b_scale_expert_stride +
-                                      static_cast<long long>(wrow[l] >> args.b_scale_row_shift) * args.b_scale_row_stride;
+      const bool row_ok = wrow[l] >= 0;
+      k_tiles[l] = row_ok && k0 < args.inner ? (args.inner - k0 + 63) / 64 : 0;
+      src[l] = row_ok ? b_base + static_cast<long long>(wrow[l]) * args.ldb + piece_of(tid, l) * 16 : b_base;
+      // (kt * 64 + k0) >> shift == (kt * 64 >> shift) + (k0 >> shift): k0 < 64, and a group of 32
+      // divides kt * 64 while one of 64 or more starts no group inside a k tile.
+      scale_at[l] = row_ok ? expert * args.b_scale_expert_stride +
+                                 static_cast<long long>(wrow[l] >> args.b_scale_row_shift) * args.b_scale_row_stride +
+                                 (k0 >> args.b_scale_k_shift)
+                           : 0;
     }
   }
-  __device__ bool piece_valid(const MoeGemmArgs& args, int l, int kt) const {
-    return wrow[l] >= 0 && kt * 64 + piece_of(tid, l) * PIECE_K < args.inner;
-  }
+  __device__ bool piece_valid(int l, int kt) const { return kt < k_tiles[l]; }
   // cp.async of this thread's pieces of k tile kt into raw ring slot (raw + slot's offset).
-  __device__ void issue(const MoeGemmArgs& args, unsigned raw, int kt) const {
+  __device__ void issue(unsigned raw, int kt) const {
 #pragma unroll
     for (int l = 0; l < LOADS; ++l) {
       if (LOADS * THREADS > TOTAL && wrow[l] == -2) continue;  // no piece of the tile
-      const bool valid = piece_valid(args, l, kt);
-      const unsigned char* src =
-          valid ? b_base + static_cast<long long>(wrow[l]) * args.ldb + kt * RAW_ROW + piece_of(tid, l) * 16 : b_base;
-      sm80::cp_async_16(raw + (l * THREADS + tid) * 16, src, valid);
+      const bool valid = piece_valid(l, kt);
+      sm80::cp_async_16(raw + (l * THREADS + tid) * 16, valid ? src[l] + kt * RAW_ROW : src[l], valid);
     }
   }
   // The scales of k tile kt's pieces (int4: DTYPE bits | zero point << 16), fetched SCALE_SETS - 1
@@ -82,8 +89,8 @@ struct WeightDequantizer {
 #pragma unroll
       for (int l = 0; l < LOADS; ++l) {
         scale_next[l] = 0u;
-        if (!piece_valid(args, l, kt)) continue;
-        const long long si = scale_at[l] + ((kt * 64 + piece_of(tid, l) * PIECE_K) >> args.b_scale_k_shift);
+        if (!piece_valid(l, kt)) continue;
+        const long long si = scale_at[l] + ((kt * 64) >> args.b_scale_k_shift);
         if constexpr (quant_is_mxfp4(QUANT)) {
           scale_next[l] = __ldg(static_cast<const unsigned char*>(args.b_scale) + si);
         } else {  // int4: the DTYPE scale, and the zero point (8 without per-group zero points)
@@ -97,7 +104,7 @@ struct WeightDequantizer {
   // decision (piece past K or the output columns, the MXFP4 scale's folded or exact way) is taken
   // once per piece, not per chunk: per-chunk tests and their divergence bookkeeping were a fifth
   // of the producers' instructions.
-  __device__ void convert(const MoeGemmArgs& args, unsigned raw, unsigned sb, int kt, const unsigned (&scale)[LOADS]) const {
+  __device__ void convert(unsigned raw, unsigned sb, int kt, const unsigned (&scale)[LOADS]) const {
 #pragma unroll
     for (int l = 0; l < LOADS; ++l) {
       if (LOADS * THREADS > TOTAL && wrow[l] == -2) continue;
@@ -108,7 +115,7 @@ struct WeightDequantizer {
                      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                      : "memory");
       };
-      if (!piece_valid(args, l, kt)) {
+      if (!piece_valid(l, kt)) {
 #pragma unroll
         for (int h = 0; h < CHUNKS; ++h) store(h, make_uint4(0u, 0u, 0u, 0u));
         continue;

@@ -233,7 +233,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
         // Prime the raw ring RAW_STAGES - 1 k tiles deep (one cp.async group each), and the first scales.
 #pragma unroll
         for (int j = 0; j < DQ::RAW_STAGES - 1; ++j) {
-          if (j < local_tiles) dq.issue(args, raw0 + j * RAW_SLOT, kt_begin + j);
+          if (j < local_tiles) dq.issue(raw0 + j * RAW_SLOT, kt_begin + j);
           sm80::cp_async_commit();
         }
         // Scales: set u % SCALE_SETS holds k tile u's, fetched SCALE_SETS - 1 tiles ahead (the loop
@@ -265,10 +265,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
             // Refill: k tile i + RAW_STAGES - 1 into the raw slot tile i - 1 used (this thread has
             // read it); then tile i's group (RAW_STAGES - 1 groups back) has landed.
             const int ahead = i + DQ::RAW_STAGES - 1;
-            if (ahead < local_tiles) dq.issue(args, raw0 + (ahead % DQ::RAW_STAGES) * RAW_SLOT, kt_begin + ahead);
+            if (ahead < local_tiles) dq.issue(raw0 + (ahead % DQ::RAW_STAGES) * RAW_SLOT, kt_begin + ahead);
             sm80::cp_async_commit();
             sm80::cp_async_wait<DQ::RAW_STAGES - 1>();
-            dq.convert(args, raw0 + (i % DQ::RAW_STAGES) * RAW_SLOT, smem_b + slot * T::B_STAGE, kt_begin + i, sc[u]);
+            dq.convert(raw0 + (i % DQ::RAW_STAGES) * RAW_SLOT, smem_b + slot * T::B_STAGE, kt_begin + i, sc[u]);
             sm90::fence_proxy_async();  // this thread's weight stores -> the async proxy (wgmma)
             sm90::mbar_arrive(full);
             ++it;
