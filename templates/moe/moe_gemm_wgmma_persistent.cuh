@@ -268,7 +268,7 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
             if (ahead < local_tiles) dq.issue(raw0 + (ahead % DQ::RAW_STAGES) * RAW_SLOT, kt_begin + ahead);
             sm80::cp_async_commit();
             sm80::cp_async_wait<DQ::RAW_STAGES - 1>();
-            dq.convert(raw0 + (i % DQ::RAW_STAGES) * RAW_SLOT, smem_b + slot * T::B_STAGE, kt_begin + i, sc[u]);
+            dq.convert(raw0 + (i % DQ::RAW_STAGES) * RAW_SLOT, smem_b + slot * T::B_STAGE, sc[u]);
             sm90::fence_proxy_async();  // this thread's weight stores -> the async proxy (wgmma)
             sm90::mbar_arrive(full);
             ++it;
