@@ -124,8 +124,9 @@ nlohmann::json dbrx_as_common(const nlohmann::json& root) {
 // Routing fields a config leaves out take its Hugging Face config class's default, as the model's
 // code (and vLLM, which builds its layers from that class) runs them: the classes below default
 // norm_topk_prob to False (Qwen2MoeConfig, Qwen3MoeConfig, OlmoeConfig, DeepseekV2Config,
-// Dots1Config); DeepseekV3Config defaults to grouped top-k (n_group 8, topk_group 4) scaled by 2.5.
-// Other model types: renormalized, one group, scale 1 (Mixtral's router).
+// Dots1Config; Jamba keeps its top-k softmax weights as they are); DeepseekV3Config defaults to
+// grouped top-k (n_group 8, topk_group 4) scaled by 2.5. Other model types: renormalized, one
+// group, scale 1 (Mixtral's router).
 struct UnstatedRouting {
   const char* model_type;
   bool renormalize;
@@ -134,7 +135,8 @@ struct UnstatedRouting {
 };
 constexpr UnstatedRouting kUnstatedRouting[] = {
     {"qwen2_moe", false, 1, 1, 1.0}, {"qwen3_moe", false, 1, 1, 1.0}, {"olmoe", false, 1, 1, 1.0},
-    {"deepseek_v2", false, 1, 1, 1.0}, {"dots1", false, 1, 1, 1.0}, {"deepseek_v3", true, 8, 4, 2.5},
+    {"deepseek_v2", false, 1, 1, 1.0}, {"dots1", false, 1, 1, 1.0}, {"jamba", false, 1, 1, 1.0},
+    {"deepseek_v3", true, 8, 4, 2.5},
 };
 }  // namespace
 
@@ -197,9 +199,7 @@ ModelMoeConfig ModelMoeConfig::from_json(const nlohmann::json& root) {
     m.activation = single_input_activation(optional_field<std::string>(j, {"mlp_hidden_act"}).value_or("relu2"));  // HF's default
     if (first_present(j, {"moe_latent_size"})) m.hidden = required_int(j, {"moe_latent_size"});
   }
-  // Jamba keeps the softmax weights of its top-k as they are (no renormalization) unless it says;
-  // Hunyuan renormalizes from two experts on (a top-1 layer keeps its softmax weight).
-  if (m.model_type == "jamba" && !norm_stated) m.renormalize = false;
+  // Hunyuan renormalizes from two experts on (a top-1 layer keeps its softmax weight) unless it says.
   if (m.model_type == "hunyuan_v1_moe" && !norm_stated) m.renormalize = m.top_k > 1;
   if (m.model_type.rfind("llama4", 0) == 0) {
     m.scoring = "sigmoid";  // Llama-4: top-1 on logits, weight = sigmoid(logit)

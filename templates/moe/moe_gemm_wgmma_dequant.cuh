@@ -73,6 +73,9 @@ struct WeightDequantizer {
     }
   }
   __device__ bool piece_valid(int l, int kt) const { return kt < k_tiles[l]; }
+  __device__ long long scale_index(const MoeGemmArgs& args, int l, int kt) const {
+    return scale_at[l] + ((kt * 64) >> args.b_scale_k_shift);
+  }
   // cp.async of this thread's pieces of k tile kt into raw ring slot (raw + slot's offset).
   __device__ void issue(unsigned raw, int kt) const {
 #pragma unroll
@@ -93,14 +96,13 @@ struct WeightDequantizer {
           // The byte stays unread until the conversion, three k tiles on: the load's latency hides.
           scale_next[l] = 0u;
           if (!valid) continue;
-          const long long si = scale_at[l] + ((kt * 64) >> args.b_scale_k_shift);
-          scale_next[l] = __ldg(static_cast<const unsigned char*>(args.b_scale) + si);
+          scale_next[l] = __ldg(static_cast<const unsigned char*>(args.b_scale) + scale_index(args, l, kt));
         } else {  // int4: the DTYPE scale, and the zero point (8 without per-group zero points)
           // Combined here, so the loads are waited for here anyway: no branch around them (a piece
           // outside the weights reads index 0, always there, and keeps 0). H100: Qwen3-30B-A3B
           // M = 1024 / 8192 -7.5 / -2.2% (the same shape for MXFP4, whose loads are waited for
           // three k tiles later only, cost +7..+17%: the select waits at once).
-          const long long si = valid ? scale_at[l] + ((kt * 64) >> args.b_scale_k_shift) : 0;
+          const long long si = valid ? scale_index(args, l, kt) : 0;
           const unsigned zero = args.b_zero ? __ldg(args.b_zero + si) : 8u;
           const unsigned v = __ldg(static_cast<const unsigned short*>(args.b_scale) + si) | (zero << 16);
           scale_next[l] = valid ? v : 0u;
