@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "jit/families.h"
 #include "jit/moe_names.h"
 #include "templates/moe/moe_decode_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
@@ -337,10 +338,11 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   }
   // Weight-only formats past decode (sm_90a): the persistent wgmma kernel, its two producer
   // warpgroups dequantizing the weights into the ring (in place of the shared-memory kernel's
-  // mma.sync); 128 weight rows per tile (the most 128-row tiles take with 512 threads), GEMM2
-  // stages DTYPE rows.
+  // mma.sync).
   if (quant_dequantizes_b(spec.quant) && rows > kBucketRows[0] && wgmma_supported(spec, arch)) {
-    c.block_m = rows <= kBucketRows[2] ? 64 : 128;
+    // 64-row tiles below 64 rows per expert (H100, 48 rows: gpt-oss-120b MXFP4 M = 1536 1275-1306
+    // against 1317-1365 us, int4 Qwen3-30B-A3B M = 768 304-308 against 370-380 on 128-row tiles).
+    c.block_m = rows < kBucketRows[2] ? 64 : 128;
     if (c.block_m == 64) {
       // 64-row tiles wide, both staged (the tuner's pick for MXFP4 gpt-oss-120b M = 512 / 1024 and
       // int4 Qwen3-30B-A3B M = 256 / 512). H100, no DB, against GEMM1 64 / GEMM2 128 columns:
@@ -349,8 +351,20 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
       c.gemm1 = wgmma_tile(128, 4, 0, true, true);
       c.gemm2 = wgmma_tile(256, 3, 0, true, spec.fused);
     } else {
-      c.gemm1 = wgmma_tile(gemm1_gated ? 64 : 128, 4, 0, true);
-      c.gemm2 = wgmma_tile(128, 4, 0, true, spec.fused);
+      // 128-row tiles of 256 weight rows (as narrow as the layer where it is narrower), unstaged:
+      // each producer thread converts two pieces a k tile, so the per-k-tile work that bounded the
+      // producers (barrier waits, copies' bookkeeping, fences) is paid once per two, and a k tile's
+      // A rows serve twice the weight rows. H100, forty-first session, same binaries, against
+      // 128 weight rows (GEMM1 64 columns, GEMM2 128 staged): MXFP4 gpt-oss-120b M = 2048 / 4096 /
+      // 8192 1836-1863 (64-row tiles) / 2758-2776 / 4688-4689 -> 1473-1548 / 2392-2456 /
+      // 4145-4150 us, int4 Qwen3-30B-A3B M = 1024 / 8192 424-428 (64-row tiles) / 2099-2102 ->
+      // 370 / 1839-1882, int8 Mixtral-8x7B M = 8192 15379-15460 -> 14177-14263 (3 stages).
+      auto weight_rows = [](long long width) {  // a power of two from 128 to 256
+        return static_cast<int>(std::clamp<long long>(next_pow2(width), 128, 256));
+      };
+      const int gemm1_rows = weight_rows((gemm1_gated ? 2 : 1) * (spec.fused ? spec.intermediate : spec.w1_rows()));
+      c.gemm1 = wgmma_tile(gemm1_rows / (gemm1_gated ? 2 : 1), 4, 0, true);
+      c.gemm2 = wgmma_tile(weight_rows(spec.hidden), 4, 0, true);
     }
     // 128-row tiles: X gathered beforehand, so the producers only convert (H100: gpt-oss-120b mxfp4
     // M = 4096 / 8192 4104 / 6807 -> 3709 / 6164 us, Mixtral-8x7B int4 M = 8192 19287 -> 17327; no

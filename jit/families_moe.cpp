@@ -310,12 +310,12 @@ FamilyInfo moe_gemm_wgmma_family() {
                               kMoeWorkQueueDepth - 2, stages, int(kMoeWorkQueueDepth)));
     const bool gated = activation_is_gated(act);
     const std::int64_t b_rows = (gated ? 2 : 1) * bn;
-    // Two producer warpgroups + two consumer ones: 512 threads leave ptxas 128 registers per
-    // thread, too few for the 128 accumulators of m64n256 (it sizes the whole kernel by the bound).
-    if (dequant && bm == 128 && b_rows > 128)
+    // Weight-only 128-row tiles of more than 128 weight rows split each k step's wgmma into two
+    // m64n128 halves (ptxas checks an instruction's registers against the 512-thread launch bound).
+    if (dequant && bm == 128 && b_rows > 128 && b_rows != 256)
       throw Error(Phase::Validate,
-                  fmt::format("moe_gemm_wgmma: quant {} on 128-row tiles takes at most 128 weight rows per tile (block_n "
-                              "{}{}: {}): its 512 threads leave 128 registers per thread",
+                  fmt::format("moe_gemm_wgmma: quant {} on 128-row tiles takes 64, 128 or 256 weight rows per tile "
+                              "(block_n {}{}: {}): wider tiles run as two halves of 128",
                               s.get_string("quant"), bn, gated ? ", gated" : "", b_rows));
     if (b_rows % 64 != 0 || b_rows > 256)
       throw Error(Phase::Validate,

@@ -258,21 +258,26 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent,
 // moe_wgmma_raw_stages k tiles (moe_gemm_wgmma_dequant.cuh), after everything else. A slot holds
 // every producer thread's 16-byte pieces of a k tile's stored rows, as many per thread; 8
 // slots where one is 4 KiB (4-bit, <= 128 weight rows), else 4 (the copies' latency spans ~3 k tiles
-// of conversion at 4).
+// of conversion at 4), but 3 for 4-bit 128-row tiles of 256 weight rows, whose two pieces a thread
+// convert for longer and whose 4 DTYPE stages then fit (H100: gpt-oss-120b MXFP4 M = 4096 / 8192
+// 2480-2501 / 4223-4234 us with 3 DTYPE stages -> 2392-2456 / 4145-4150; on 64-row tiles 3 raw
+// stages cost 3%, M = 1024 1272 -> 1310-1320).
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_slot_bytes(int b_rows, int quant) {
   const int pieces = b_rows * 64 * quant_weight_bits(quant) / 8 / 16, threads = moe_wgmma_producer_threads(quant);
   return (pieces + threads - 1) / threads * threads * 16;
 }
-MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_stages(int b_rows, int quant) {
-  return moe_wgmma_raw_slot_bytes(b_rows, quant) <= 4096 ? 8 : 4;
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_stages(int block_m, int b_rows, int quant) {
+  const int slot = moe_wgmma_raw_slot_bytes(b_rows, quant);
+  return slot <= 4096 ? 8 : block_m == 128 && b_rows > 128 && slot <= 8192 ? 3 : 4;
 }
-MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_bytes(int quant, int b_rows) {
-  return quant_dequantizes_b(quant) ? moe_wgmma_raw_stages(b_rows, quant) * moe_wgmma_raw_slot_bytes(b_rows, quant) : 0;
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_bytes(int quant, int block_m, int b_rows) {
+  return quant_dequantizes_b(quant) ? moe_wgmma_raw_stages(block_m, b_rows, quant) * moe_wgmma_raw_slot_bytes(b_rows, quant)
+                                    : 0;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_ring_bytes(int block_m, int block_n, int stages, bool gated,
                                                       int quant = kQuantNone) {
   return stages * (block_m + (gated ? 2 : 1) * block_n) * 128 + 1024 + stages * 16 + 256 * 4 +
-         moe_wgmma_raw_bytes(quant, (gated ? 2 : 1) * block_n);
+         moe_wgmma_raw_bytes(quant, block_m, (gated ? 2 : 1) * block_n);
 }
 // Static shared memory of one instance: the per-row slot, A row and router weight arrays
 // (s_slot, s_arow, s_weight in moe_gemm_sm80.cuh: 3 x 4 bytes per row) and split-K's flag (16).

@@ -24,7 +24,7 @@
 namespace moejit {
 namespace moe_wgmma_detail {
 
-template <int ACT, int QUANT, int DTYPE, int BLOCK_N, int B_ROWS, int PRODUCERS>
+template <int ACT, int QUANT, int DTYPE, int BLOCK_M, int BLOCK_N, int B_ROWS, int PRODUCERS>
 struct WeightDequantizer {
   static constexpr int THREADS = PRODUCERS;                            // the producer warpgroups
   static constexpr int G = activation_is_gated(ACT) ? 2 : 1;
@@ -34,7 +34,7 @@ struct WeightDequantizer {
   static constexpr int LOADS = (TOTAL + THREADS - 1) / THREADS;         // pieces per thread and k tile
   static constexpr int PIECE_K = 128 / quant_weight_bits(QUANT);       // weights per piece: 32 or 16
   static constexpr int CHUNKS = PIECE_K / 8;                           // 8-weight chunks per piece
-  static constexpr int RAW_STAGES = moe_wgmma_raw_stages(B_ROWS, QUANT);
+  static constexpr int RAW_STAGES = moe_wgmma_raw_stages(BLOCK_M, B_ROWS, QUANT);
   static constexpr int SCALE_SETS = 4;  // k tiles whose scales are in registers (fetched 3 tiles ahead)
   static_assert(THREADS == moe_wgmma_producer_threads(QUANT), "moe_wgmma_raw_slot_bytes sizes a slot for them");
   static_assert(quant_dequantizes_b(QUANT), "weight-only formats");

@@ -55,11 +55,15 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   // with LAUNCH_REGS per thread (launch bounds: 384 threads, one CTA per SM); a consumer's
   // setmaxnreg.inc waits until the producer's .dec has returned enough of them, so what the
   // consumers gain must not exceed what the producer gives back (else it waits forever).
-  // Weight-only formats (DEQUANT): two producer warpgroups, no register moves (ptxas sizes the whole
-  // kernel by the launch bound: 512 threads, 128 registers, enough for <= 128 weight rows).
+  // Weight-only formats (DEQUANT): two producer warpgroups (512 threads, 128 registers each at
+  // launch), enough for <= 128 weight rows without register moves; 128-row tiles of 256 weight rows
+  // (DEQUANT_WIDE) move 40 registers a thread from the dequantizing producers (88: 80 spilled 44-80
+  // bytes of MXFP4 / int4 producers) to the consumers (168) for their 128 accumulators.
   constexpr bool DEQUANT = quant_dequantizes_b(QUANT);
   constexpr int PRODUCERS = moe_wgmma_producer_threads(QUANT);  // producer threads: warpgroups 0 (, 1)
-  constexpr bool MOVE_REGS = CONSUMERS == 256 && !DEQUANT;       // setmaxnreg
+  constexpr bool DEQUANT_WIDE = DEQUANT && CONSUMERS == 256 && T::B_ROWS > 128;
+  static_assert(!DEQUANT_WIDE || T::B_ROWS == 256, "weight-only 128-row tiles: 256 weight rows as two halves of 128");
+  constexpr bool MOVE_REGS = CONSUMERS == 256 && (!DEQUANT || DEQUANT_WIDE);  // setmaxnreg
   // fp8 tiles of more than 128 weight rows (WIDE) keep one k tile's sums 128 weight rows
   // ("a chunk") at a time: m64n128 wgmmas per chunk, each chunk waited for and promoted before the
   // next is issued, so the second accumulator set stays at 64 registers beside d's 128. The
@@ -71,10 +75,11 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   constexpr int CHUNKS = T::B_ROWS / CHUNK_ROWS;
   constexpr bool WIDE = CHUNKS > 1;
   static_assert(CHUNKS * CHUNK_ROWS == T::B_ROWS, "whole chunks");
-  constexpr int PRODUCER_REGS = WIDE ? 56 : PROMOTED ? 96 : 136, CONSUMER_REGS = WIDE ? 224 : PROMOTED ? 200 : 176;
-  constexpr int LAUNCH_REGS = 65536 / 384 / 8 * 8;
-  static_assert(128 * (LAUNCH_REGS - PRODUCER_REGS) >= 256 * (CONSUMER_REGS - LAUNCH_REGS),
-                "the consumers' registers come from the producer's");
+  constexpr int PRODUCER_REGS = DEQUANT_WIDE ? 88 : WIDE ? 56 : PROMOTED ? 96 : 136;
+  constexpr int CONSUMER_REGS = WIDE ? 224 : PROMOTED ? 200 : DEQUANT_WIDE ? 168 : 176;
+  constexpr int LAUNCH_REGS = 65536 / (CONSUMERS + PRODUCERS) / 8 * 8;
+  static_assert(!MOVE_REGS || PRODUCERS * (LAUNCH_REGS - PRODUCER_REGS) >= CONSUMERS * (CONSUMER_REGS - LAUNCH_REGS),
+                "the consumers' registers come from the producers'");
   static_assert(!PROMOTED || WIDE || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
   static_assert(!PROMOTED || T::B_ROWS <= moe_wgmma_promoted_max_b_rows(BLOCK_M, true), "the host's limit");
   static_assert(!WIDE || (MOVE_REGS && BLOCK_M * 8 / 128 <= 8), "the producer's 56 registers hold 8 A rows");
@@ -219,10 +224,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     };
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
     if constexpr (DEQUANT) {
-      using DQ = WeightDequantizer<ACT, QUANT, DTYPE, BLOCK_N, T::B_ROWS, PRODUCERS>;
+      using DQ = WeightDequantizer<ACT, QUANT, DTYPE, BLOCK_M, BLOCK_N, T::B_ROWS, PRODUCERS>;
       constexpr int RAW_SLOT = DQ::LOADS * DQ::THREADS * 16;
       const unsigned raw0 = smem_a + RAW_AT;
-      static_assert(DQ::RAW_STAGES * RAW_SLOT == moe_wgmma_raw_bytes(QUANT, T::B_ROWS), "the host sizes the raw ring");
+      static_assert(DQ::RAW_STAGES * RAW_SLOT == moe_wgmma_raw_bytes(QUANT, BLOCK_M, T::B_ROWS), "the host sizes the raw ring");
       DQ dq;
       ChunkLoader<ROLE, ACT, QUANT, BLOCK_M, BLOCK_N, PRODUCERS, true> loader;  // A rows (not pregathered)
       for (int item = first_item(); item < items; item = next_item(item)) {
@@ -472,8 +477,15 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
           sm90::fence();
           const unsigned long long desc_a = sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes);
-          const unsigned long long desc_b = sm90::sw128_desc(smem_b + slot * T::B_STAGE);
-          mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, desc_b);
+          if constexpr (DEQUANT_WIDE) {
+            // Two m64n128 halves: ptxas checks each instruction's registers against the launch bound
+            // (128 at 512 threads), which m64n256's 128 accumulators exceed whatever setmaxnreg gives.
+#pragma unroll
+            for (int c = 0; c < 2; ++c)
+              mma_k_tile<DTYPE, QUANT, 128>(d + c * 64, desc_a, sm90::sw128_desc(smem_b + slot * T::B_STAGE + c * 128 * kRowBytes));
+          } else {
+            mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, sm90::sw128_desc(smem_b + slot * T::B_STAGE));
+          }
           sm90::commit();
           sm90::wait<1>();
           if (held >= 0) release(held);

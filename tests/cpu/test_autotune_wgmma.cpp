@@ -54,16 +54,17 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   MoeSpec det = q;
   det.reduce = ReduceMode::Deterministic;
   CHECK_FALSE(heuristic_tile_config(det, 8192, true, "sm_90a").gemm1.wgmma);
-  // Weight-only formats past decode: the persistent wgmma kernel dequantizing in its producers, at
-  // most 128 weight rows on 128-row tiles (512 threads), X gathered beforehand there, rings that
-  // fit 227 KiB beside the stored weights' ring (int8: 64 KiB at 256 rows).
+  // Weight-only formats past decode: the persistent wgmma kernel dequantizing in its producers,
+  // 64-row tiles up to 32 rows per expert, beyond 128-row tiles of 256 weight rows (512 threads;
+  // setmaxnreg moves registers to the consumers) with X gathered beforehand, rings that fit 227
+  // KiB beside the stored weights' ring (int8: 64 KiB at 256 rows).
   MoeSpec int8 = q;
   int8.quant = kQuantInt8Channel;
   for (MoeQuant wq : {kQuantInt8Channel, kQuantInt4Group, kQuantMxfp4}) {
     MoeSpec w = q;
     w.quant = wq;
     w.quant_group = 128;
-    for (int m : {256, 1024, 8192}) {  // 16 (swap-AB / shared-memory kernel), 64, 512 rows per expert
+    for (int m : {256, 512, 1024, 8192}) {  // 16 (swap-AB / shared-memory kernel), 32, 64, 512 rows per expert
       const MoeTileConfig c = heuristic_tile_config(w, m, true, "sm_90a");
       INFO(quant_name(wq) << " M=" << m << " " << c.describe());
       if (m == 256) {
@@ -71,8 +72,13 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
         continue;
       }
       CHECK((c.gemm1.wgmma && c.gemm1.persistent && c.gemm2.wgmma && c.gemm2.persistent));
-      CHECK(c.block_m == (m == 1024 ? 64 : 128));
+      CHECK(c.block_m == (m == 512 ? 64 : 128));
       CHECK(c.gemm1.pregather == (c.block_m == 128));
+      if (c.block_m == 128) {  // gated GEMM1 128 columns (N = 768), GEMM2 256 (K = 2048)
+        CHECK(c.gemm1.block_n == 128);
+        CHECK(c.gemm2.block_n == 256);
+        CHECK_FALSE(c.gemm2.staged);
+      }
       CHECK(config_fits(w, c, {227 * 1024, "sm_90a"}));
       const auto specs = moe_expert_kernel_specs(w, c, "sm_90a", moe_gemm2_stores_rows16(w, c, m));
       CHECK(specs[0].get_int("b_tma") == 0);  // the stored weights by cp.async
@@ -152,7 +158,10 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   };
   refused(q, prefill, "sm_90", "needs sm_90a");
   refused(q, prefill, "sm_100a", "needs sm_90a");
-  refused(int8, prefill, "sm_90a", "at most 128 weight rows per tile");  // gated bn128: 256 rows
+  CHECK_NOTHROW(moe_expert_kernel_specs(int8, heuristic_tile_config(int8, 8192, true, "sm_90a"), "sm_90a", true));
+  MoeTileConfig dq192 = heuristic_tile_config(int8, 8192, true, "sm_90a");  // 192 weight rows: not two halves of 128
+  dq192.gemm1.block_n = 96;
+  refused(int8, dq192, "sm_90a", "takes 64, 128 or 256 weight rows per tile");
   for (MoeQuant fp8 : {kQuantFp8Channel, kQuantFp8Tensor}) {  // each k tile's sums apart: a second accumulator set
     MoeSpec f = q;
     f.quant = fp8;

@@ -290,9 +290,11 @@ std::vector<MoeKernelCase> moe_wgmma_dequant_cases() {
           c.gemm1 = wgmma_tile(128 / g1, 4, 0, true);
           c.gemm2 = wgmma_tile(128, 4, 0, true);
           tokens.push_back(8000);
-        } else if (variant == 1) {  // the most weight rows (256 on 64-row tiles: 2 pieces per thread, int8 4)
-          c.gemm1 = wgmma_tile((bm == 64 ? 256 : 128) / g1, 3, 0, true);
-          c.gemm2 = wgmma_tile(bm == 64 ? 256 : 128, 3, 0, true);
+        } else if (variant == 1) {  // the most weight rows, 256 (2 pieces per thread, int8 4; 128-row
+          // tiles: registers moved to the consumers, each k step as two m64n128 halves)
+          c.gemm1 = wgmma_tile(256 / g1, 3, 0, true);
+          c.gemm2 = wgmma_tile(256, 3, 0, true);
+          if (bm == 128) tokens.push_back(8000);
         } else if (variant == 2) {  // staged epilogues (GEMM2 split in the fused layer)
           c.gemm1 = wgmma_tile(64 / g1, 4, 0, true, true);
           c.gemm2 = wgmma_tile(128, 3, spec.fused ? 2 : 1, true, true);
