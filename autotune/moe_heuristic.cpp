@@ -366,10 +366,17 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
       c.gemm1 = wgmma_tile(gemm1_rows / (gemm1_gated ? 2 : 1), 4, 0, true);
       c.gemm2 = wgmma_tile(weight_rows(spec.hidden), 4, 0, true);
     }
-    // 128-row tiles: X gathered beforehand, so the producers only convert (H100: gpt-oss-120b mxfp4
-    // M = 4096 / 8192 4104 / 6807 -> 3709 / 6164 us, Mixtral-8x7B int4 M = 8192 19287 -> 17327; no
-    // change on 64-row tiles).
-    c.gemm1.pregather = c.block_m == 128;
+    // 128-row tiles of 128 weight rows, and int8's (four pieces a producer thread): X gathered
+    // beforehand, so the producers only convert (H100: gpt-oss-120b mxfp4 M = 4096 / 8192 4104 /
+    // 6807 -> 3709 / 6164 us, Mixtral-8x7B int4 M = 8192 19287 -> 17327 on 128 weight rows; no
+    // change on 64-row tiles; int8 Mixtral-8x7B on 256: M = 1024 / 8192 within +-1%). 4-bit tiles of
+    // 256 weight rows gather their rows themselves: the extra pass cost more than the producers'
+    // four A copies a k tile (H100, forty-first session, gathered -> not: MXFP4 gpt-oss-120b M =
+    // 2048 / 4096 / 8192 1507-1535 / 2423-2429 / 4178-4186 -> 1477-1535 / 2371-2416 / 4074-4109 us,
+    // int4 Qwen3-30B-A3B M = 2048 / 4096 / 8192 573-579 / 1012-1022 / 1843-1874 -> 549 / 914-915 /
+    // 1754-1796, M = 1024 367-368 -> 371-372).
+    const int gemm1_weight_rows = c.gemm1.block_n * (gemm1_gated ? 2 : 1);
+    c.gemm1.pregather = c.block_m == 128 && (gemm1_weight_rows <= 128 || quant_weight_bits(spec.quant) == 8);
     // Fewer slots where 4 and the stored weights' ring (int8: 64 KiB at 256 rows) pass 227 KiB.
     auto fit_stages = [&](GemmTile& t, int role, bool gated) {
       while (t.stages > 3 && moe_wgmma_smem_bytes(role, c.block_m, t.block_n, t.stages, gated, t.staged, spec.quant) +

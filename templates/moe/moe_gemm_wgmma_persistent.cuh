@@ -482,7 +482,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
             // (128 at 512 threads), which m64n256's 128 accumulators exceed whatever setmaxnreg gives.
 #pragma unroll
             for (int c = 0; c < 2; ++c)
-              mma_k_tile<DTYPE, QUANT, 128>(d + c * 64, desc_a, sm90::sw128_desc(smem_b + slot * T::B_STAGE + c * 128 * kRowBytes));
+              mma_k_tile<DTYPE, QUANT, 128>(d + c * 64, desc_a,
+                                            sm90::sw128_desc(smem_b + slot * T::B_STAGE + c * 128 * kRowBytes));
           } else {
             mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, sm90::sw128_desc(smem_b + slot * T::B_STAGE));
           }
