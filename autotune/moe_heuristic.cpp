@@ -362,8 +362,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
       auto weight_rows = [](long long width) {  // a power of two from 128 to 256
         return static_cast<int>(std::clamp<long long>(next_pow2(width), 128, 256));
       };
-      const int gemm1_rows = weight_rows((gemm1_gated ? 2 : 1) * (spec.fused ? spec.intermediate : spec.w1_rows()));
-      c.gemm1 = wgmma_tile(gemm1_rows / (gemm1_gated ? 2 : 1), 4, 0, true);
+      c.gemm1 = wgmma_tile(weight_rows(spec.w1_rows()) / (gemm1_gated ? 2 : 1), 4, 0, true);
       c.gemm2 = wgmma_tile(weight_rows(spec.hidden), 4, 0, true);
     }
     // 128-row tiles of 128 weight rows, and int8's (four pieces a producer thread): X gathered

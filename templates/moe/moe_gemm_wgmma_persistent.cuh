@@ -67,16 +67,20 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   constexpr bool DEQUANT_WIDE = DEQUANT && CONSUMERS == 256 && T::B_ROWS > 128;
   static_assert(!DEQUANT_WIDE || T::B_ROWS == 256, "weight-only 128-row tiles: 256 weight rows as two halves of 128");
   constexpr bool MOVE_REGS = CONSUMERS == 256 && (!DEQUANT || DEQUANT_WIDE);  // setmaxnreg
-  // fp8 tiles of more than 128 weight rows (WIDE) keep one k tile's sums 128 weight rows
-  // ("a chunk") at a time: m64n128 wgmmas per chunk, each chunk waited for and promoted before the
-  // next is issued, so the second accumulator set stays at 64 registers beside d's 128. The
-  // consumers then take 224 registers, and the producer (bulk tensor copies; GEMM1's gathered A
-  // rows by cp.async, 8 rows) gives back down to 56. The wider tile reads a k tile's A rows once
-  // for twice the weight rows: ncu (H100, fp8_block DeepSeek-V3 M = 8192, 128 x 128 weight-row
-  // tiles) had both GEMMs at 90-96% of L2 throughput and 43-48% of the SM's.
-  constexpr int CHUNK_ROWS = PROMOTED && T::B_ROWS > 128 ? 128 : T::B_ROWS;
+  // A k tile's wgmmas in chunks of 128 weight rows where a tile has more and either
+  // - fp8 (WIDE) keeps one k tile's sums a chunk at a time: m64n128 wgmmas per chunk, each chunk
+  //   waited for and promoted before the next is issued, so the second accumulator set stays at 64
+  //   registers beside d's 128. The consumers then take 224 registers, and the producer (bulk
+  //   tensor copies; GEMM1's gathered A rows by cp.async, 8 rows) gives back down to 56. The wider
+  //   tile reads a k tile's A rows once for twice the weight rows: ncu (H100, fp8_block DeepSeek-V3
+  //   M = 8192, 128 x 128 weight-row tiles) had both GEMMs at 90-96% of L2 throughput and 43-48% of
+  //   the SM's;
+  // - or weight-only 128-row tiles (DEQUANT_WIDE) issue two m64n128 halves: ptxas checks each
+  //   instruction's registers against the launch bound (128 at 512 threads), which m64n256's 128
+  //   accumulators exceed whatever setmaxnreg gives.
+  constexpr int CHUNK_ROWS = (PROMOTED || DEQUANT_WIDE) && T::B_ROWS > 128 ? 128 : T::B_ROWS;
   constexpr int CHUNKS = T::B_ROWS / CHUNK_ROWS;
-  constexpr bool WIDE = CHUNKS > 1;
+  constexpr bool WIDE = PROMOTED && CHUNKS > 1;
   static_assert(CHUNKS * CHUNK_ROWS == T::B_ROWS, "whole chunks");
   constexpr bool INT4_WIDE = DEQUANT_WIDE && QUANT == kQuantInt4Group;  // its scale + zero point: 96 / 160
   constexpr int PRODUCER_REGS = INT4_WIDE ? 96 : DEQUANT_WIDE ? 88 : WIDE ? 56 : PROMOTED ? 96 : 136;
@@ -481,16 +485,10 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
           sm90::fence_proxy_async();  // the landed copies -> the async proxy (wgmma)
           sm90::fence();
           const unsigned long long desc_a = sm90::sw128_desc(smem_a + slot * T::A_STAGE + wg * 64 * kRowBytes);
-          if constexpr (DEQUANT_WIDE) {
-            // Two m64n128 halves: ptxas checks each instruction's registers against the launch bound
-            // (128 at 512 threads), which m64n256's 128 accumulators exceed whatever setmaxnreg gives.
 #pragma unroll
-            for (int c = 0; c < 2; ++c)
-              mma_k_tile<DTYPE, QUANT, 128>(d + c * 64, desc_a,
-                                            sm90::sw128_desc(smem_b + slot * T::B_STAGE + c * 128 * kRowBytes));
-          } else {
-            mma_k_tile<DTYPE, QUANT, T::B_ROWS>(d, desc_a, sm90::sw128_desc(smem_b + slot * T::B_STAGE));
-          }
+          for (int c = 0; c < CHUNKS; ++c)  // weight rows c * CHUNK_ROWS .., accumulators d + c * CHUNK_ROWS / 2
+            mma_k_tile<DTYPE, QUANT, CHUNK_ROWS>(d + c * CHUNK_ROWS / 2, desc_a,
+                                                 sm90::sw128_desc(smem_b + slot * T::B_STAGE + c * CHUNK_ROWS * kRowBytes));
           sm90::commit();
           sm90::wait<1>();
           if (held >= 0) release(held);
