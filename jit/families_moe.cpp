@@ -367,7 +367,8 @@ FamilyInfo moe_gemm_wgmma_family() {
                   fmt::format("moe_gemm_wgmma: {} bytes of shared memory exceed {} (fewer stages or a smaller tile)",
                               smem + static_smem, kMaxSharedBytes));
     s.params["block_k"] = std::int64_t(moe_wgmma_block_k(quant));
-    s.params["threads"] = std::int64_t(moe_wgmma_threads(int(bm), persistent, pingpong, quant));
+    s.params["threads"] =
+        std::int64_t(moe_wgmma_threads(int(bm), persistent, pingpong, quant, parse_dtype(s.get_string("dtype"))));
     s.params["b_tma"] = std::int64_t(moe_wgmma_b_by_tma(persistent, quant) ? 1 : 0);
     s.params["a_tma"] = std::int64_t(moe_wgmma_a_by_tma(role, persistent) ? 1 : 0);
     s.params["smem_bytes"] = smem;

@@ -239,8 +239,16 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_block_k(int quant) { return 128 / qua
 // Tile rows whose slot / A row / router weight the CTA holds at once: one tile per consumer group.
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_rows_held(int block_m, bool pingpong) { return pingpong ? 2 * block_m : block_m; }
 // Producer warpgroups of the persistent variant: two where they dequantize weight-only formats (one
-// warp per scheduler left the conversion latency-bound: 72% of issue cycles had no eligible warp).
-MOEJIT_HOST_DEVICE constexpr int moe_wgmma_producer_threads(int quant) { return quant_dequantizes_b(quant) ? 256 : 128; }
+// warp per scheduler left the conversion latency-bound: 72% of issue cycles had no eligible warp),
+// four beside the single consumer warpgroup of 64-row tiles, whose producers had bounded them at
+// two: each k tile took ~1450 cycles against 512 for its wgmmas, the producer warps issuing every
+// ~5th cycle on dependent conversions (ncu, H100, gpt-oss-120b MXFP4 M = 1024 GEMM1). Not MXFP4
+// into f16 (through fp32): its producers spill 4-80 bytes at the 80 registers four leave them.
+MOEJIT_HOST_DEVICE constexpr int moe_wgmma_producer_threads(int quant, int block_m, int dtype) {
+  return !quant_dequantizes_b(quant)                                           ? 128
+         : block_m == 64 && !(quant_is_mxfp4(quant) && dtype == kDTypeF16) ? 512
+                                                                               : 256;
+}
 // fp8 formats keep each k tile's e4m3 sums in a second accumulator set (quant_promotes_k_tiles):
 // their wgmma tiles take at most this many weight rows. 128, or 256 on the persistent variant's
 // 128-row tiles, which keep those sums 128 weight rows at a time (setmaxnreg moves the registers;
@@ -251,20 +259,20 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_promoted_max_b_rows(int block_m, bool
 // Threads per CTA: 128 per 64 rows (per 64-row tile of each ping-pong warpgroup), plus the producer
 // warpgroup(s) of the persistent variant.
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_threads(int block_m, bool persistent, bool pingpong = false,
-                                                   int quant = kQuantNone) {
-  return moe_wgmma_rows_held(block_m, pingpong) / 64 * 128 + (persistent ? moe_wgmma_producer_threads(quant) : 0);
+                                                   int quant = kQuantNone, int dtype = kDTypeBF16) {
+  return moe_wgmma_rows_held(block_m, pingpong) / 64 * 128 +
+         (persistent ? moe_wgmma_producer_threads(quant, block_m, dtype) : 0);
 }
 // Weight-only formats on the persistent variant: each producer thread's ring of the stored bytes of
 // moe_wgmma_raw_stages k tiles (moe_gemm_wgmma_dequant.cuh), after everything else. A slot holds
-// every producer thread's 16-byte pieces of a k tile's stored rows, as many per thread; 8
+// a k tile's stored rows as 16-byte pieces, piece i copied by producer thread i % threads; 8
 // slots where one is 4 KiB (4-bit, <= 128 weight rows), else 4 (the copies' latency spans ~3 k tiles
 // of conversion at 4), but 3 for 4-bit 128-row tiles of 256 weight rows, whose two pieces a thread
 // convert for longer and whose 4 DTYPE stages then fit (H100: gpt-oss-120b MXFP4 M = 4096 / 8192
 // 2480-2501 / 4223-4234 us with 3 DTYPE stages -> 2392-2456 / 4145-4150; on 64-row tiles 3 raw
 // stages cost 3%, M = 1024 1272 -> 1310-1320).
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_slot_bytes(int b_rows, int quant) {
-  const int pieces = b_rows * 64 * quant_weight_bits(quant) / 8 / 16, threads = moe_wgmma_producer_threads(quant);
-  return (pieces + threads - 1) / threads * threads * 16;
+  return b_rows * 64 * quant_weight_bits(quant) / 8;
 }
 MOEJIT_HOST_DEVICE constexpr int moe_wgmma_raw_stages(int block_m, int b_rows, int quant) {
   const int slot = moe_wgmma_raw_slot_bytes(b_rows, quant);

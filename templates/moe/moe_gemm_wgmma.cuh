@@ -139,7 +139,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_wgmma_min_ctas(int act, int quant, int bloc
 }
 template <int ROLE, int DTYPE, int ACT, int QUANT, int BLOCK_M, int BLOCK_N, int STAGES, int PERSISTENT, int STAGED,
           int PINGPONG, int MULTICAST>
-__global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT, PINGPONG, QUANT),
+__global__ void __launch_bounds__(moe_wgmma_threads(BLOCK_M, PERSISTENT, PINGPONG, QUANT, DTYPE),
                                   moe_wgmma_min_ctas(ACT, QUANT, BLOCK_N, PERSISTENT))
     moe_gemm_wgmma_kernel(const __grid_constant__ MoeGemmArgs args) {
   static_assert(QUANT == kQuantNone || quant_is_fp8(QUANT) || (quant_dequantizes_b(QUANT) && PERSISTENT),

@@ -12,8 +12,9 @@
 //
 // Why the producers: the consumers keep the tensor cores busy; two producer warpgroups (PRODUCERS =
 // 256 threads, two warps per scheduler: one alone stalled on its loads' latency) convert a 128 x
-// 256-row tile's 16384 weights per k tile, and the DTYPE ring (STAGES slots) absorbs the raw ring's
-// refill at each new item.
+// 256-row tile's 16384 weights per k tile, four (512) a 64-row tile's (moe_wgmma_producer_threads:
+// there the single consumer warpgroup's wgmmas had waited on two), and the DTYPE ring (STAGES
+// slots) absorbs the raw ring's refill at each new item.
 #pragma once
 
 #include "common/mma_sm80.cuh"
@@ -36,7 +37,7 @@ struct WeightDequantizer {
   static constexpr int CHUNKS = PIECE_K / 8;                           // 8-weight chunks per piece
   static constexpr int RAW_STAGES = moe_wgmma_raw_stages(BLOCK_M, B_ROWS, QUANT);
   static constexpr int SCALE_SETS = 4;  // k tiles whose scales are in registers (fetched 3 tiles ahead)
-  static_assert(THREADS == moe_wgmma_producer_threads(QUANT), "moe_wgmma_raw_slot_bytes sizes a slot for them");
+  static_assert(THREADS == moe_wgmma_producer_threads(QUANT, BLOCK_M, DTYPE), "moe_wgmma_raw_slot_bytes sizes a slot for them");
   static_assert(quant_dequantizes_b(QUANT), "weight-only formats");
 
   int wrow[LOADS];              // weight row of each piece (-1 past the output columns, -2 past the tile)

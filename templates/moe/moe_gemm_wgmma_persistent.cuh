@@ -63,10 +63,14 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   // every format spilled 4-8 bytes of MXFP4-into-f16 and int8 consumers; int4 Qwen3-30B-A3B ran
   // 0-1% faster at 96 / 160, H100).
   constexpr bool DEQUANT = quant_dequantizes_b(QUANT);
-  constexpr int PRODUCERS = moe_wgmma_producer_threads(QUANT);  // producer threads: warpgroups 0 (, 1)
+  constexpr int PRODUCERS = moe_wgmma_producer_threads(QUANT, BLOCK_M, DTYPE);  // producer threads: warpgroups 0 ..
   constexpr bool DEQUANT_WIDE = DEQUANT && CONSUMERS == 256 && T::B_ROWS > 128;
   static_assert(!DEQUANT_WIDE || T::B_ROWS == 256, "weight-only 128-row tiles: 256 weight rows as two halves of 128");
-  constexpr bool MOVE_REGS = CONSUMERS == 256 && (!DEQUANT || DEQUANT_WIDE);  // setmaxnreg
+  // Weight-only 64-row tiles: four producer warpgroups (640 threads: 96 registers at launch) give
+  // the consumer warpgroup its accumulators (80 / 160); m64n128 wgmmas for the same reason as above.
+  constexpr bool DEQUANT_64 = DEQUANT && BLOCK_M == 64 && PRODUCERS == 512;
+  static_assert(!DEQUANT_64 || CONSUMERS == 128, "four producer warpgroups, one consumer");
+  constexpr bool MOVE_REGS = (CONSUMERS == 256 && (!DEQUANT || DEQUANT_WIDE)) || DEQUANT_64;  // setmaxnreg
   // A k tile's wgmmas in chunks of 128 weight rows where a tile has more and either
   // - fp8 (WIDE) keeps one k tile's sums a chunk at a time: m64n128 wgmmas per chunk, each chunk
   //   waited for and promoted before the next is issued, so the second accumulator set stays at 64
@@ -78,13 +82,16 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   // - or weight-only 128-row tiles (DEQUANT_WIDE) issue two m64n128 halves: ptxas checks each
   //   instruction's registers against the launch bound (128 at 512 threads), which m64n256's 128
   //   accumulators exceed whatever setmaxnreg gives.
-  constexpr int CHUNK_ROWS = (PROMOTED || DEQUANT_WIDE) && T::B_ROWS > 128 ? 128 : T::B_ROWS;
+  //   64-row weight-only tiles of 192 weight rows: three m64n64 chunks.
+  constexpr int CHUNK_ROWS = (PROMOTED || DEQUANT_WIDE || DEQUANT_64) && T::B_ROWS > 128
+                                 ? (DEQUANT_64 && T::B_ROWS % 128 != 0 ? 64 : 128)
+                                 : T::B_ROWS;
   constexpr int CHUNKS = T::B_ROWS / CHUNK_ROWS;
   constexpr bool WIDE = PROMOTED && CHUNKS > 1;
   static_assert(CHUNKS * CHUNK_ROWS == T::B_ROWS, "whole chunks");
   constexpr bool INT4_WIDE = DEQUANT_WIDE && QUANT == kQuantInt4Group;  // its scale + zero point: 96 / 160
-  constexpr int PRODUCER_REGS = INT4_WIDE ? 96 : DEQUANT_WIDE ? 88 : WIDE ? 56 : PROMOTED ? 96 : 136;
-  constexpr int CONSUMER_REGS = WIDE ? 224 : PROMOTED ? 200 : INT4_WIDE ? 160 : DEQUANT_WIDE ? 168 : 176;
+  constexpr int PRODUCER_REGS = DEQUANT_64 ? 80 : INT4_WIDE ? 96 : DEQUANT_WIDE ? 88 : WIDE ? 56 : PROMOTED ? 96 : 136;
+  constexpr int CONSUMER_REGS = DEQUANT_64 ? 160 : WIDE ? 224 : PROMOTED ? 200 : INT4_WIDE ? 160 : DEQUANT_WIDE ? 168 : 176;
   constexpr int LAUNCH_REGS = 65536 / (CONSUMERS + PRODUCERS) / 8 * 8;
   static_assert(!MOVE_REGS || PRODUCERS * (LAUNCH_REGS - PRODUCER_REGS) >= CONSUMERS * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producers'");
@@ -233,7 +240,8 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
     int it = 0;  // k tiles produced so far: slot it % STAGES, use it / STAGES of that slot
     if constexpr (DEQUANT) {
       using DQ = WeightDequantizer<ACT, QUANT, DTYPE, BLOCK_M, BLOCK_N, T::B_ROWS, PRODUCERS>;
-      constexpr int RAW_SLOT = DQ::LOADS * DQ::THREADS * 16;
+      constexpr int RAW_SLOT = moe_wgmma_raw_slot_bytes(T::B_ROWS, QUANT);
+      static_assert(RAW_SLOT == DQ::TOTAL * 16, "a slot holds the k tile's pieces");
       const unsigned raw0 = smem_a + RAW_AT;
       static_assert(DQ::RAW_STAGES * RAW_SLOT == moe_wgmma_raw_bytes(QUANT, BLOCK_M, T::B_ROWS), "the host sizes the raw ring");
       DQ dq;

@@ -55,8 +55,9 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
   det.reduce = ReduceMode::Deterministic;
   CHECK_FALSE(heuristic_tile_config(det, 8192, true, "sm_90a").gemm1.wgmma);
   // Weight-only formats past decode: the persistent wgmma kernel dequantizing in its producers,
-  // 64-row tiles up to 32 rows per expert, beyond 128-row tiles of 256 weight rows (512 threads;
-  // setmaxnreg moves registers to the consumers; int8's X gathered beforehand), rings that fit 227
+  // 64-row tiles up to 32 rows per expert (four producer warpgroups, 640 threads), beyond 128-row
+  // tiles of 256 weight rows (512 threads); setmaxnreg moves registers to the consumers of both;
+  // int8's X gathered beforehand on 128-row tiles; rings that fit 227
   // KiB beside the stored weights' ring (int8: 64 KiB at 256 rows).
   MoeSpec int8 = q;
   int8.quant = kQuantInt8Channel;
@@ -83,7 +84,7 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
       const auto specs = moe_expert_kernel_specs(w, c, "sm_90a", moe_gemm2_stores_rows16(w, c, m));
       CHECK(specs[0].get_int("b_tma") == 0);  // the stored weights by cp.async
       CHECK(specs[1].get_int("a_tma") == 1);
-      CHECK(specs[0].get_int("threads") == (c.block_m == 128 ? 512 : 384));
+      CHECK(specs[0].get_int("threads") == (c.block_m == 128 ? 512 : 640));
     }
     CHECK_FALSE(heuristic_tile_config(w, 8192, true, "sm_80").gemm1.wgmma);
     int dq_persistent = 0;
