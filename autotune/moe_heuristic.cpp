@@ -336,8 +336,8 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     }
     return c;
   }
-  // Weight-only formats past decode (sm_90a): the persistent wgmma kernel, its two producer
-  // warpgroups dequantizing the weights into the ring (in place of the shared-memory kernel's
+  // Weight-only formats past decode (sm_90a): the persistent wgmma kernel, its producer warpgroups
+  // (two; four on 64-row tiles) dequantizing the weights into the ring (in place of the shared-memory kernel's
   // mma.sync).
   if (quant_dequantizes_b(spec.quant) && rows > kBucketRows[0] && wgmma_supported(spec, arch)) {
     // 64-row tiles below 64 rows per expert (H100, 48 rows: gpt-oss-120b MXFP4 M = 1536 1275-1306
