@@ -337,8 +337,8 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     return c;
   }
   // Weight-only formats past decode (sm_90a): the persistent wgmma kernel, its producer warpgroups
-  // (two; four on 64-row tiles) dequantizing the weights into the ring (in place of the shared-memory kernel's
-  // mma.sync).
+  // (two; four on 64-row tiles) dequantizing the weights into the ring (in place of the
+  // shared-memory kernel's mma.sync).
   if (quant_dequantizes_b(spec.quant) && rows > kBucketRows[0] && wgmma_supported(spec, arch)) {
     // 64-row tiles below 64 rows per expert (H100, 48 rows: gpt-oss-120b MXFP4 M = 1536 1275-1306
     // against 1317-1365 us, int4 Qwen3-30B-A3B M = 768 304-308 against 370-380 on 128-row tiles).
