@@ -94,6 +94,18 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
     }
     CHECK(dq_persistent >= 2);
   }
+  // Producer warpgroups of the weight-only tiles: four on 64-row tiles but for MXFP4 into f16 (its
+  // conversion spills at the 80 registers four leave), two on 128-row tiles; the raw ring's slot is
+  // the k tile's stored bytes whatever their count.
+  for (MoeDType dt : {kDTypeBF16, kDTypeF16}) {
+    CHECK(moe_wgmma_threads(64, true, false, kQuantInt4Group, dt) == 640);
+    CHECK(moe_wgmma_threads(64, true, false, kQuantInt8Channel, dt) == 640);
+    CHECK(moe_wgmma_threads(64, true, false, kQuantMxfp4Packed, dt) == (dt == kDTypeBF16 ? 640 : 384));
+    CHECK(moe_wgmma_threads(128, true, false, kQuantMxfp4, dt) == 512);
+    CHECK(moe_wgmma_threads(64, true, false, kQuantNone, dt) == 256);
+  }
+  CHECK(moe_wgmma_raw_slot_bytes(192, kQuantMxfp4) == 192 * 32);
+  CHECK(moe_wgmma_raw_slot_bytes(256, kQuantInt8Channel) == 256 * 64);
   // fp8 w8a8 prefill: persistent wgmma tiles (either variant in the tuner's space).
   MoeSpec f8 = q;
   f8.quant = kQuantFp8Channel;
