@@ -67,32 +67,30 @@ __device__ inline void persistent_tiles(const MoeGemmArgs& args, unsigned char* 
   constexpr bool DEQUANT_WIDE = DEQUANT && CONSUMERS == 256 && T::B_ROWS > 128;
   static_assert(!DEQUANT_WIDE || T::B_ROWS == 256, "weight-only 128-row tiles: 256 weight rows as two halves of 128");
   // Weight-only 64-row tiles: four producer warpgroups (640 threads: 96 registers at launch) give
-  // the consumer warpgroup its accumulators (80 / 160); m64n128 wgmmas for the same reason as above.
+  // the consumer warpgroup its accumulators (80 / 160).
   constexpr bool DEQUANT_64 = DEQUANT && BLOCK_M == 64 && PRODUCERS == 512;
-  static_assert(!DEQUANT_64 || CONSUMERS == 128, "four producer warpgroups, one consumer");
   constexpr bool MOVE_REGS = (CONSUMERS == 256 && (!DEQUANT || DEQUANT_WIDE)) || DEQUANT_64;  // setmaxnreg
-  // A k tile's wgmmas in chunks of 128 weight rows where a tile has more and either
-  // - fp8 (WIDE) keeps one k tile's sums a chunk at a time: m64n128 wgmmas per chunk, each chunk
-  //   waited for and promoted before the next is issued, so the second accumulator set stays at 64
-  //   registers beside d's 128. The consumers then take 224 registers, and the producer (bulk
+  constexpr int LAUNCH_REGS = 65536 / (CONSUMERS + PRODUCERS) / 8 * 8;
+  // A k tile's wgmmas in chunks of weight rows where a tile has more than 128 and either
+  // - fp8 (WIDE) keeps one k tile's sums a chunk of 128 at a time: m64n128 wgmmas per chunk, each
+  //   chunk waited for and promoted before the next is issued, so the second accumulator set stays
+  //   at 64 registers beside d's 128. The consumers then take 224 registers, and the producer (bulk
   //   tensor copies; GEMM1's gathered A rows by cp.async, 8 rows) gives back down to 56. The wider
   //   tile reads a k tile's A rows once for twice the weight rows: ncu (H100, fp8_block DeepSeek-V3
   //   M = 8192, 128 x 128 weight-row tiles) had both GEMMs at 90-96% of L2 throughput and 43-48% of
   //   the SM's;
-  // - or weight-only 128-row tiles (DEQUANT_WIDE) issue two m64n128 halves: ptxas checks each
-  //   instruction's registers against the launch bound (128 at 512 threads), which m64n256's 128
-  //   accumulators exceed whatever setmaxnreg gives.
-  //   64-row weight-only tiles of 192 weight rows: three m64n64 chunks.
-  constexpr int CHUNK_ROWS = (PROMOTED || DEQUANT_WIDE || DEQUANT_64) && T::B_ROWS > 128
-                                 ? (DEQUANT_64 && T::B_ROWS % 128 != 0 ? 64 : 128)
-                                 : T::B_ROWS;
+  // - or one wgmma's accumulators (B_ROWS / 2 a thread, plus its operands) exceed the launch bound's
+  //   registers: ptxas checks each instruction against them (128 at 512 threads, 96 at 640) whatever
+  //   setmaxnreg gives. Weight-only tiles of 256 weight rows then run m64n128 halves, 64-row tiles
+  //   of 192 three m64n64 chunks.
+  constexpr bool CHUNKED = T::B_ROWS > 128 && (PROMOTED || T::B_ROWS / 2 + 16 > LAUNCH_REGS);
+  constexpr int CHUNK_ROWS = !CHUNKED ? T::B_ROWS : PROMOTED || T::B_ROWS % 128 == 0 ? 128 : 64;
   constexpr int CHUNKS = T::B_ROWS / CHUNK_ROWS;
   constexpr bool WIDE = PROMOTED && CHUNKS > 1;
   static_assert(CHUNKS * CHUNK_ROWS == T::B_ROWS, "whole chunks");
   constexpr bool INT4_WIDE = DEQUANT_WIDE && QUANT == kQuantInt4Group;  // its scale + zero point: 96 / 160
   constexpr int PRODUCER_REGS = DEQUANT_64 ? 80 : INT4_WIDE ? 96 : DEQUANT_WIDE ? 88 : WIDE ? 56 : PROMOTED ? 96 : 136;
   constexpr int CONSUMER_REGS = DEQUANT_64 ? 160 : WIDE ? 224 : PROMOTED ? 200 : INT4_WIDE ? 160 : DEQUANT_WIDE ? 168 : 176;
-  constexpr int LAUNCH_REGS = 65536 / (CONSUMERS + PRODUCERS) / 8 * 8;
   static_assert(!MOVE_REGS || PRODUCERS * (LAUNCH_REGS - PRODUCER_REGS) >= CONSUMERS * (CONSUMER_REGS - LAUNCH_REGS),
                 "the consumers' registers come from the producers'");
   static_assert(!PROMOTED || WIDE || (BLOCK_M + T::B_ROWS) * 8 / 128 <= 16, "the producer's 96 registers hold 16 rows");
