@@ -297,27 +297,6 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[f][e] = acc2[f][e] = 0.f;
 
-  // Eight weights (four DTYPE pairs) of group q (k 8q .. 8q + 7 of the lane's chunk) of row h.
-  auto dequant_group = [&](const LaneBlock<LOADS, NF, X_LOADS>& v, int h, int q, bool exact_mxfp4) {
-    const uint4 raw = v.w[h][q * 8 / K_PER_LOAD];
-    const unsigned word[4] = {raw.x, raw.y, raw.z, raw.w};
-    if constexpr (QUANT == kQuantNone) {
-      return raw;
-    } else if constexpr (quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16) {
-      if (!exact_mxfp4) return dequant::mxfp4x8_bf16_scaled<QUANT>(word[q], dequant::mxfp4_bf16_factor(v.scales.scale[h]));
-      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scales.scale[h]), 0.f);
-    } else if constexpr (quant_is_mxfp4(QUANT)) {
-      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scales.scale[h]), 0.f);
-    } else if constexpr (QUANT == kQuantInt4Group) {
-      return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, sm80::to_float<DTYPE>(static_cast<unsigned short>(v.scales.scale[h])),
-                                              static_cast<float>(v.scales.zero[h]));
-    } else if constexpr (FP8) {  // e4m3 -> f16, group q is half q % 2 of load q / 2
-      return e4m3x8_to_f16(word[2 * (q % 2)], word[2 * (q % 2) + 1]);
-    } else {  // int8: as fp8
-      return dequant::dequant8<QUANT, DTYPE>(word[2 * (q % 2)], word[2 * (q % 2) + 1], 1.f, 0.f);
-    }
-  };
-
   // Activations of the lane's elements for each token, in the weights' run order: landed in the
   // ring (fp8), or loaded from global memory (L1), zeros past the reduction length.
   // MXFP4 (bf16, two-stage rings: below) loads them one block ahead: block i + 1's load l of a
@@ -394,7 +373,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
       auto fill = [&](bool EXACT_MXFP4) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
-          const uint4 p0 = dequant_group(v, 0, q, EXACT_MXFP4), p1 = dequant_group(v, 1, q, EXACT_MXFP4);
+          const uint4 p0 = dequant_group<QUANT, DTYPE, K_PER_LOAD>(v, 0, q, EXACT_MXFP4),
+                     p1 = dequant_group<QUANT, DTYPE, K_PER_LOAD>(v, 1, q, EXACT_MXFP4);
           afrag[2 * q][0] = p0.x, afrag[2 * q][1] = p1.x, afrag[2 * q][2] = p0.y, afrag[2 * q][3] = p1.y;
           afrag[2 * q + 1][0] = p0.z, afrag[2 * q + 1][1] = p1.z, afrag[2 * q + 1][2] = p0.w, afrag[2 * q + 1][3] = p1.w;
         }
@@ -455,7 +435,8 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
     auto mma_block = [&](bool EXACT_MXFP4) {
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        const uint4 p0 = dequant_group(v, 0, q, EXACT_MXFP4), p1 = dequant_group(v, 1, q, EXACT_MXFP4);
+        const uint4 p0 = dequant_group<QUANT, DTYPE, K_PER_LOAD>(v, 0, q, EXACT_MXFP4),
+                     p1 = dequant_group<QUANT, DTYPE, K_PER_LOAD>(v, 1, q, EXACT_MXFP4);
         const unsigned a0[4] = {p0.x, p1.x, p0.y, p1.y};  // step 2q: k 8q + 0..3
         const unsigned a1[4] = {p0.z, p1.z, p0.w, p1.w};  // step 2q + 1: k 8q + 4..7
 #pragma unroll

@@ -1,11 +1,12 @@
-// Pieces of the swap-AB decode kernel (moe_gemm_swap_ab.cuh): a lane's landed k block, the e4m3
-// conversion, the predicated activation load, its wgmma variant's activation staging and
-// register-A warpgroup MMA (sm_90a), and the tile's epilogue.
+// Pieces of the swap-AB decode kernel (moe_gemm_swap_ab.cuh): a lane's landed k block and its
+// dequantization (the e4m3 conversion among them), the predicated activation load, its wgmma
+// variant's activation staging and register-A warpgroup MMA (sm_90a), and the tile's epilogue.
 #pragma once
 
 #include "common/mma_sm80.cuh"
 #include "common/wgmma_sm90.cuh"
 #include "moe/activations.cuh"
+#include "moe/moe_dequant.cuh"
 #include "moe/moe_gemm_args.cuh"
 #include "moe/moe_tile_rows.cuh"
 
@@ -42,6 +43,30 @@ __device__ inline uint4 e4m3x8_to_f16(unsigned lo, unsigned hi) {
   (void)lo, (void)hi;
 #endif
   return r;
+}
+
+// Eight weights of a landed block as four DTYPE pairs (f16 for fp8): group q (k 8q .. 8q + 7 of
+// the lane's chunk) of row h. MXFP4 into bf16 scales by exponent arithmetic unless `exact_mxfp4`
+// (a scale whose factor does not fit: the float path).
+template <int QUANT, int DTYPE, int K_PER_LOAD, int LOADS, int NF, int X_LOADS>
+__device__ inline uint4 dequant_group(const LaneBlock<LOADS, NF, X_LOADS>& v, int h, int q, bool exact_mxfp4) {
+  const uint4 raw = v.w[h][q * 8 / K_PER_LOAD];
+  const unsigned word[4] = {raw.x, raw.y, raw.z, raw.w};
+  if constexpr (QUANT == kQuantNone) {
+    return raw;
+  } else if constexpr (quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16) {
+    if (!exact_mxfp4) return dequant::mxfp4x8_bf16_scaled<QUANT>(word[q], dequant::mxfp4_bf16_factor(v.scales.scale[h]));
+    return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scales.scale[h]), 0.f);
+  } else if constexpr (quant_is_mxfp4(QUANT)) {
+    return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, dequant::e8m0_to_float(v.scales.scale[h]), 0.f);
+  } else if constexpr (QUANT == kQuantInt4Group) {
+    return dequant::dequant8<QUANT, DTYPE>(word[q], 0u, sm80::to_float<DTYPE>(static_cast<unsigned short>(v.scales.scale[h])),
+                                            static_cast<float>(v.scales.zero[h]));
+  } else if constexpr (quant_is_fp8(QUANT)) {  // e4m3 -> f16, group q is half q % 2 of load q / 2
+    return e4m3x8_to_f16(word[2 * (q % 2)], word[2 * (q % 2) + 1]);
+  } else {  // int8: as fp8
+    return dequant::dequant8<QUANT, DTYPE>(word[2 * (q % 2)], word[2 * (q % 2) + 1], 1.f, 0.f);
+  }
 }
 
 // A 16-byte read-only load that leaves `v` as it was where `live` is false: no request and no
