@@ -62,8 +62,18 @@ GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, b
     // and DeepSeek-V3 TP8's 256): MXFP4 gpt-oss-120b M = 4 / 16 / 64 112.1 / 302.8 / 653.9 -> 110.0
     // / 290.7 / 633.0, int4 Mixtral-8x7B M = 4 / 16 243.4 / 376.1 -> 223.8 / 368.3, int8
     // gpt-oss-120b M = 16 478.4 -> 471.3 (two rounds each).
+    // Not for 4-bit weights on full 8-token tiles (8 rows an expert and more), the tuner's pick in
+    // both shipped DBs there. H100, no DB, two rounds, against two warps along k: MXFP4 gpt-oss-120b
+    // M = 256 986 -> 857 us, gpt-oss-20b M = 64 276-282 -> 243, int4 Qwen3-30B-A3B M = 128 245 ->
+    // 217, DeepSeek-V2-Lite M = 80 210-213 -> 191, DeepSeek-V3 TP8 M = 256 639-642 -> 621-623,
+    // Mixtral-8x7B M = 32 482-495 -> 479-480. Slower for int8 (Qwen3 M = 128 / 192 / 256 +1.5 / +7 /
+    // +6%, Mixtral M = 32 / 48 / 64 +1.5 / +6.5 / +7%, gpt-oss-120b M = 256 / 384 / 512 +1 / +3.5 /
+    // +2.5%), fp8 (DeepSeek-V3 TP8 fp8_block M = 256 +2.3%, Qwen3 fp8_channel M = 128 +2.6%) and
+    // MXFP4's 24-row tiles (gpt-oss-120b M = 320 1021 -> 1084-1097).
     const long long most = std::max(1LL, k_blocks / 4);
-    const long long least = std::min(gemm1 || k_blocks >= 16 ? 2LL : 1LL, most);
+    const bool full_4bit_tiles = quant_weight_bits(spec.quant) == 4 && block_m == 8 &&
+                                 rows_per_expert(spec, std::max(num_tokens, 1)) >= 8;
+    const long long least = std::min(!full_4bit_tiles && (gemm1 || k_blocks >= 16) ? 2LL : 1LL, most);
     const long long wk = std::clamp<long long>(kSwapAbTargetWarps / warps, least, most);
     if (wk <= 16 / wn || wn == 2) return swap_ab_tile(wn, static_cast<int>(std::min<long long>(wk, 16 / wn)), 2);
   }

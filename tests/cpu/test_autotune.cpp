@@ -160,6 +160,14 @@ TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the lay
   const GemmTile g1 = heuristic_tile_config(narrow, 1).gemm1;
   CHECK(g1.warps_n * g1.warps_k > 4);
   CHECK(g1.warps_n * g1.warps_k <= 16);
+  // GEMM1 takes two warps along k while experts get fewer than 8 rows; 4-bit weights one from 8.
+  CHECK(heuristic_tile_config(mx, 16).gemm1.warps_k == 2);
+  CHECK(heuristic_tile_config(mx, 128).block_m == 8);
+  CHECK(heuristic_tile_config(mx, 128).gemm1.warps_k == 1);
+  MoeSpec i8 = mx;  // 8-bit weights keep two there
+  i8.quant = kQuantInt8Channel;
+  CHECK(heuristic_tile_config(i8, 128).block_m == 8);
+  CHECK(heuristic_tile_config(i8, 128).gemm1.warps_k == 2);
   MoeSpec det = mx;
   det.reduce = ReduceMode::Deterministic;
   CHECK_FALSE(heuristic_tile_config(det, 1).gemm1.swap_ab);
