@@ -37,7 +37,6 @@ struct WeightDequantizer {
   static constexpr int CHUNKS = PIECE_K / 8;                           // 8-weight chunks per piece
   static constexpr int RAW_STAGES = moe_wgmma_raw_stages(BLOCK_M, B_ROWS, QUANT);
   static constexpr int SCALE_SETS = 4;  // k tiles whose scales are in registers (fetched 3 tiles ahead)
-  static_assert(THREADS == moe_wgmma_producer_threads(QUANT, BLOCK_M, DTYPE), "moe_wgmma_raw_slot_bytes sizes a slot for them");
   static_assert(quant_dequantizes_b(QUANT), "weight-only formats");
 
   int wrow[LOADS];              // weight row of each piece (-1 past the output columns, -2 past the tile)
