@@ -62,8 +62,8 @@ GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, b
     // and DeepSeek-V3 TP8's 256): MXFP4 gpt-oss-120b M = 4 / 16 / 64 112.1 / 302.8 / 653.9 -> 110.0
     // / 290.7 / 633.0, int4 Mixtral-8x7B M = 4 / 16 243.4 / 376.1 -> 223.8 / 368.3, int8
     // gpt-oss-120b M = 16 478.4 -> 471.3 (two rounds each).
-    // Not for 4-bit weights on full 8-token tiles (8 rows an expert and more), the tuner's pick in
-    // both shipped DBs there. H100, no DB, two rounds, against two warps along k: MXFP4 gpt-oss-120b
+    // Not for 4-bit weights on full 8-token tiles (8 rows an expert: the heuristic's 8-token tiles
+    // end there), the tuner's pick in both shipped DBs. H100, no DB, two rounds, against two warps along k: MXFP4 gpt-oss-120b
     // M = 256 986 -> 857 us, gpt-oss-20b M = 64 276-282 -> 243, int4 Qwen3-30B-A3B M = 128 245 ->
     // 217, DeepSeek-V2-Lite M = 80 210-213 -> 191, DeepSeek-V3 TP8 M = 256 639-642 -> 621-623,
     // Mixtral-8x7B M = 32 482-495 -> 479-480. Slower for int8 (Qwen3 M = 128 / 192 / 256 +1.5 / +7 /
