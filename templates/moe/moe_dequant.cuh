@@ -46,8 +46,9 @@ __device__ inline unsigned nibble_pair(unsigned lo, unsigned hi, int p) {
 // Eight consecutive weights (k ascending) as stored (4-bit formats: the word `lo`, element j at
 // bits 4j; int8: `lo` then `hi`, element j at byte j) -> four DTYPE pairs. int8: the per-row scale is applied in the epilogue (exact
 // here: |q| <= 128 fits 16-bit floats); int4: (q - zero) * scale; mxfp4: e2m1 * scale.
-// The 4-bit formats build both lanes of a pair with integer ops and 16-bit fmas (~2-4 instructions
-// per element instead of ~10 through fp32): dequantization, not memory, bounds decode otherwise.
+// The 4-bit formats and int8 build both lanes of a pair with integer ops and 16-bit fmas (~2-4
+// instructions per element instead of ~10 through fp32): dequantization, not memory, bounds decode
+// otherwise.
 template <int QUANT, int DTYPE>
 __device__ inline uint4 dequant8(unsigned lo, unsigned hi, float scale, float zero) {
   unsigned out[4];
@@ -83,19 +84,34 @@ __device__ inline uint4 dequant8(unsigned lo, unsigned hi, float scale, float ze
       }
       out[p] = fma2<DTYPE>(fma2<DTYPE>(v, unbias, 0x80008000u), scale2, 0x80008000u);
     }
-  } else {
-    float v[8];
-    if constexpr (QUANT == kQuantInt8Channel) {
+  } else if constexpr (QUANT == kQuantInt8Channel) {
+    // One byte permute puts pair p's two bytes under a magic high byte; 16-bit integer-float
+    // arithmetic then gives q exactly. The fp32 way (I2F per element, F2F per pair) runs on the
+    // conversion pipe at 1/8 of the FMA rate: about what DRAM delivers to an SM in int8 bytes, so
+    // it bounded every int8 kernel. Bit-identical results (q is an integer |q| <= 128).
+    //  f16: 0x64 : (q ^ 0x80) is 1024 + 128 + q, minus 1152 (0x6480).
+    //  bf16 (7 mantissa bits hold 0..127 only): lane = 0x43 : q; A = lane & 0xff7f = 128 + (q & 0x7f)
+    //  and B = 0x4300 | (lane & 0x80) = 128 or 256 by q's sign bit; q = A - B.
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const unsigned word = j < 4 ? lo : hi;
-        v[j] = static_cast<float>(static_cast<signed char>((word >> (8 * (j & 3))) & 0xffu));
+    for (int p = 0; p < 4; ++p) {
+      const unsigned w = p < 2 ? lo : hi, selector = p % 2 ? 0x4342u : 0x4140u;  // bytes 2p', magic, 2p' + 1, magic
+      if constexpr (DTYPE == kDTypeBF16) {
+        const unsigned lane = prmt(w, 0x43434343u, selector);
+        out[p] = fma2<DTYPE>((lane & 0x00800080u) | 0x43004300u, 0xbf80bf80u, lane & 0xff7fff7fu);  // A - B
+      } else {
+        // (The sign flip after the permute, per pair: flipping the words first held them across the
+        // loop, and 88-register producers of f16 GEMM1 tiles spilled 8 bytes.)
+        unsigned d;
+        asm("sub.f16x2 %0, %1, %2;\n" : "=r"(d) : "r"(prmt(w, 0x64646464u, selector) ^ 0x00800080u), "r"(0x64806480u));
+        out[p] = d;
       }
-    } else {  // mxfp4 into f16 (rare): through fp32, the f16 range cannot take the 2^-126 trick
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        v[j] = e2m1_to_float(QUANT == kQuantMxfp4Packed ? mxfp4_packed_code(lo, j) : (lo >> (4 * j)) & 0xfu) * scale;
     }
+    (void)scale, (void)zero;
+  } else {  // mxfp4 into f16 (rare): through fp32, the f16 range cannot take the 2^-126 trick
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      v[j] = e2m1_to_float(QUANT == kQuantMxfp4Packed ? mxfp4_packed_code(lo, j) : (lo >> (4 * j)) & 0xfu) * scale;
 #pragma unroll
     for (int p = 0; p < 4; ++p) out[p] = sm80::pack2<DTYPE>(v[2 * p], v[2 * p + 1]);
   }
