@@ -70,10 +70,13 @@ GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, b
     // +6%, Mixtral M = 32 / 48 / 64 +1.5 / +6.5 / +7%, gpt-oss-120b M = 256 / 384 / 512 +1 / +3.5 /
     // +2.5%), fp8 (DeepSeek-V3 TP8 fp8_block M = 256 +2.3%, Qwen3 fp8_channel M = 128 +2.6%) and
     // MXFP4's 24-row tiles (gpt-oss-120b M = 320 1021 -> 1084-1097).
+    // int8's 24-token tiles (9-13 rows an expert) likewise take one warp along k (forty-fourth
+    // session, H100: their 8 x 1 and 4 x 1 tiles within 2% of each other, 4 x 2 1.2-1.7x slower).
     const long long most = std::max(1LL, k_blocks / 4);
     const bool full_4bit_tiles = quant_weight_bits(spec.quant) == 4 && block_m == 8 &&
                                  rows_per_expert(spec, std::max(num_tokens, 1)) >= 8;
-    const long long least = std::min(!full_4bit_tiles && (gemm1 || k_blocks >= 16) ? 2LL : 1LL, most);
+    const bool int8_24 = spec.quant == kQuantInt8Channel && block_m == 24;
+    const long long least = std::min(!full_4bit_tiles && !int8_24 && (gemm1 || k_blocks >= 16) ? 2LL : 1LL, most);
     const long long wk = std::clamp<long long>(kSwapAbTargetWarps / warps, least, most);
     if (wk <= 16 / wn || wn == 2) return swap_ab_tile(wn, static_cast<int>(std::min<long long>(wk, 16 / wn)), 2);
   }
@@ -299,17 +302,28 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // 320 315 / 386). int4 from 9 rows (Qwen3 M = 144 / 160 / 176, no DB: 262.4 / 269.5 / 278.3 ->
   // 235.1 / 242.4 / 256.7), not at 8 (M = 128 224.3 -> 233.7). MXFP4 not at 9-10 rows (gpt-oss-20b
   // M = 72 261.8 -> 268.7; gpt-oss-120b M = 320 1001 (DB) -> 1003) nor 32 (M = 256: 386.8 ->
-  // 403.4; int4 Qwen3 M = 512 336 -> 373), nor int8 (its 32-token tiles keep one CTA an SM: Qwen3 M =
-  // 256 385 -> 501).
-  const bool wgmma_format = three_fragments || spec.quant == kQuantInt4Group;
-  const int wgmma_min_rows = spec.quant == kQuantInt4Group ? 9 : 12;
-  if (swap_ab && wgmma_format && rows >= wgmma_min_rows && rows <= 28 && swap_ab_wgmma_supported(spec, arch)) {
+  // 403.4; int4 Qwen3 M = 512 336 -> 373). (int8 with its fp32 conversions lost: Qwen3 M = 256 385 -> 501.)
+  // int8 (w8a16) since its weights convert by byte permutes (moe_dequant.cuh; the fp32 conversions
+  // had bounded it): 24-token mma.sync tiles at 9 .. 13 rows an expert, one warp along k
+  // (swap_ab_decode_tile), and 32-token wgmma-variant tiles at 14 .. 32 rows. H100, no DB, forty-fourth
+  // session, against the 16-token tiles (4 x 2 warps) or 64-row wgmma tiles before, us: Qwen3-30B-A3B
+  // M = 160 / 208 / 256 / 384 / 448 / 512 279 / 301 / 332 / 393 / 393 / 394 -> 288 / 301 / 294 /
+  // 322 / 335 / 378, Mixtral-8x7B M = 40 / 52 / 64 / 96 / 112 / 128 565 / 656 / 736 / 823 / 827 / 825
+  // -> 543 / 553 / 560 / 603 / 731 / 815, gpt-oss-120b M = 320 / 416 / 512 / 768 / 1024 1389 / 1495 /
+  // 1673 / 2035 / 2036 -> 1320 / 1349 / 1400 / 1463 / 1767, DeepSeek-V3 TP8 M = 320 / 416 / 512 / 768 /
+  // 1024 683 / 763 / 855 / 1043 / 1063 -> 677 / 706 / 754 / 882 / 1030. The wgmma-variant tiles
+  // lose at 48 rows (Mixtral M = 192 836 -> 1036), 16-token ones everywhere (+1..+7%).
+  const bool int8 = spec.quant == kQuantInt8Channel;
+  const bool wgmma_format = three_fragments || spec.quant == kQuantInt4Group || int8;
+  const int wgmma_min_rows = spec.quant == kQuantInt4Group ? 9 : int8 ? 14 : 12;
+  const int wgmma_max_rows = int8 ? 32 : 28;
+  if (swap_ab && wgmma_format && rows >= wgmma_min_rows && rows <= wgmma_max_rows && swap_ab_wgmma_supported(spec, arch)) {
     c.block_m = rows <= 12 ? 16 : 32;
     c.gemm1 = c.gemm2 = swap_ab_wgmma_tile(8, 2);
     return c;
   }
   if (swap_ab && rows <= 16 && swap_ab_format && swap_ab_supported_both(spec)) {
-    c.block_m = rows <= 8 ? 8 : three_fragments ? 24 : 16;
+    c.block_m = rows <= 8 ? 8 : three_fragments || int8 ? 24 : 16;
     c.gemm1 = swap_ab_decode_tile(spec, num_tokens, c.block_m, true);
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);
     return c;

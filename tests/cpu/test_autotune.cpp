@@ -209,8 +209,8 @@ TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the lay
   refused(tail, decode, "whole 16-weight chunks");
 }
 
-// The swap-AB kernel's wgmma variant: MXFP4 into bf16 at 12 .. 28 rows an expert and int4 at 9 .. 28 on sm_90a
-// only; its tiles round-trip, reach the kernel as wgmma = 1 with the activation stages in
+// The swap-AB kernel's wgmma variant: MXFP4 into bf16 at 12 .. 28 rows an expert, int4 at 9 .. 28 and int8 at
+// 14 .. 32 on sm_90a only; its tiles round-trip, reach the kernel as wgmma = 1 with the activation stages in
 // its shared memory, and what it cannot run is refused before anything compiles.
 TEST_CASE("autotune: the swap-AB kernel's wgmma variant: picked, round-trip, refused where it cannot run") {
   MoeSpec mx = qwen3_30b_a3b_layer();  // E = 128, top_k = 8: rows per expert = M / 16
@@ -236,6 +236,24 @@ TEST_CASE("autotune: the swap-AB kernel's wgmma variant: picked, round-trip, ref
   CHECK(heuristic_tile_config(i4, 144, true, "sm_90a").block_m == 16);
   CHECK_FALSE(heuristic_tile_config(i4, 128, true, "sm_90a").gemm1.swap_ab_wgmma);
   CHECK_FALSE(heuristic_tile_config(mx, 176, true, "sm_90a").gemm1.swap_ab_wgmma);  // MXFP4 from 12
+  // int8: 24-token mma.sync tiles of one warp along k at 9 .. 13 rows, 32-token wgmma-variant tiles at
+  // 14 .. 32, the weight-only wgmma kernel's 64-row tiles past them.
+  MoeSpec i8 = mx;
+  i8.quant = kQuantInt8Channel;
+  for (int m : {144, 208}) {
+    const MoeTileConfig c = heuristic_tile_config(i8, m, true, "sm_90a");
+    INFO("int8 M=" << m << " " << c.describe());
+    CHECK(c.block_m == 24);
+    CHECK((c.gemm1.swap_ab && !c.gemm1.swap_ab_wgmma && c.gemm1.warps_k == 1 && c.gemm2.warps_k == 1));
+  }
+  for (int m : {224, 384, 512}) {
+    const MoeTileConfig c = heuristic_tile_config(i8, m, true, "sm_90a");
+    INFO("int8 M=" << m << " " << c.describe());
+    CHECK((c.block_m == 32 && c.gemm1.swap_ab_wgmma && c.gemm2.swap_ab_wgmma));
+  }
+  CHECK(heuristic_tile_config(i8, 528, true, "sm_90a").gemm1.wgmma);
+  CHECK(heuristic_tile_config(i8, 528, true, "sm_90a").block_m == 64);
+  CHECK(heuristic_tile_config(i8, 256, true, "sm_80").block_m == 24);  // no wgmma: the mma.sync tiles to 16 rows
   for (int m : {464, 1024}) CHECK_FALSE(heuristic_tile_config(mx, m, true, "sm_90a").gemm1.swap_ab_wgmma);
   for (const char* arch : {"", "sm_80", "sm_90", "sm_100a"})
     CHECK_FALSE(heuristic_tile_config(mx, 256, true, arch).gemm1.swap_ab_wgmma);

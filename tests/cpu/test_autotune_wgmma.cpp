@@ -65,7 +65,7 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
     MoeSpec w = q;
     w.quant = wq;
     w.quant_group = 128;
-    for (int m : {256, 512, 1024, 8192}) {  // 16 (swap-AB / shared-memory kernel), 32, 64, 512 rows per expert
+    for (int m : {256, 768, 1024, 8192}) {  // 16 (swap-AB / shared-memory kernel), 48, 64, 512 rows per expert
       const MoeTileConfig c = heuristic_tile_config(w, m, true, "sm_90a");
       INFO(quant_name(wq) << " M=" << m << " " << c.describe());
       if (m == 256) {
@@ -73,7 +73,7 @@ TEST_CASE("autotune: wgmma tiles are picked on sm_90a only, round-trip, and bad 
         continue;
       }
       CHECK((c.gemm1.wgmma && c.gemm1.persistent && c.gemm2.wgmma && c.gemm2.persistent));
-      CHECK(c.block_m == (m == 512 ? 64 : 128));
+      CHECK(c.block_m == (m == 768 ? 64 : 128));
       CHECK(c.gemm1.pregather == (c.block_m == 128 && wq == kQuantInt8Channel));  // 4-bit at 256 rows: no
       if (c.block_m == 128) {  // gated GEMM1 128 columns (N = 768), GEMM2 256 (K = 2048)
         CHECK(c.gemm1.block_n == 128);
