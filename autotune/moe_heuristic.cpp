@@ -6,6 +6,7 @@
 
 #include "jit/families.h"
 #include "jit/moe_names.h"
+#include "runtime/moe_quant.h"
 #include "templates/moe/moe_decode_args.cuh"
 #include "templates/moe/moe_gemm_args.cuh"
 
@@ -27,6 +28,18 @@ constexpr int kWgmmaMinRows = 8;
 // at 37-50 rows within -2 .. +1.5% (two rounds each).
 constexpr int kWgmmaWideRows = 48;
 constexpr long long kWgmmaMinDecodeTiles = 128;
+// Experts of at least this many weight bytes (W1 + W2 as stored) outgrow the L2 (50 MB on an H100 /
+// H200): an expert split over two 8-token tiles reads its weights twice from DRAM, so at 5-8 rows
+// an expert the swap-AB tiles take 16 tokens (kBigExpertMinRows). H100, no DB, forty-fourth session,
+// 8 -> 16-token tiles (4 x 2 warps) at 5 / 6 / 7 / 8 rows: Mixtral-8x7B (176 MB fp8) fp8_block M =
+// 20 / 24 / 28 / 32 535 / 559 / 582 / 652 -> 504 / 506 / 508 / 509 us, int8 533 / 558 / 586 / 668
+// -> 523 / 526 / 530 / 531, MXFP4 (prepacked, 93 MB) 338 / 371 / 403 / 444 -> 331 / 341 / 354 /
+// 367; DeepSeek-V3 (N = 2048, 44 MB fp8) M = 160 / 192 / 224 / 256 3981 / 4064 / 4147 / 4241 ->
+// 3911 / 3956 / 3977 / 4010. Not below: gpt-oss-120b fp8_block (25 MB) M = 192 / 256 +1.1 / +0.2%,
+// DeepSeek-V2-Lite / Qwen3-30B-A3B / DeepSeek-V3 TP8 fp8_block (4.7-8.6 MB) +2..+29%; nor at 4
+// rows (int8 Mixtral M = 16 +0.7%); nor int4 (its 16-token tiles: Mixtral M = 20 .. 32 +15..+48%).
+constexpr double kBigExpertBytes = 32.0 * (1 << 20);
+constexpr int kBigExpertMinRows = 5;
 
 // GEMM1 tiles of 64 columns over the experts num_tokens can touch (the decode rule below).
 long long gemm1_decode_tiles(const MoeSpec& spec, long long num_tokens) {
@@ -323,7 +336,10 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     return c;
   }
   if (swap_ab && rows <= 16 && swap_ab_format && swap_ab_supported_both(spec)) {
-    c.block_m = rows <= 8 ? 8 : three_fragments || int8 ? 24 : 16;
+    const double expert_bytes = static_cast<double>(quant_expert_bytes(spec, spec.w1_rows(), spec.hidden)) +
+                                static_cast<double>(quant_expert_bytes(spec, spec.hidden, spec.intermediate));
+    const bool big_experts = expert_bytes >= kBigExpertBytes && spec.quant != kQuantInt4Group;
+    c.block_m = rows <= 8 ? (big_experts && rows >= kBigExpertMinRows ? 16 : 8) : three_fragments || int8 ? 24 : 16;
     c.gemm1 = swap_ab_decode_tile(spec, num_tokens, c.block_m, true);
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);
     return c;

@@ -168,6 +168,23 @@ TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the lay
   i8.quant = kQuantInt8Channel;
   CHECK(heuristic_tile_config(i8, 128).block_m == 8);
   CHECK(heuristic_tile_config(i8, 128).gemm1.warps_k == 2);
+  // Experts larger than the L2 (Mixtral-8x7B: 176 MB in fp8 / int8, 93 in MXFP4) at 5-8 rows an
+  // expert: 16-token tiles, so that an expert's weights are read once; not int4, not at 4 rows, not
+  // small experts (Qwen3-30B-A3B above: 4.7 MB).
+  for (MoeQuant q : {kQuantFp8Block, kQuantInt8Channel, kQuantMxfp4Packed, kQuantInt4Group}) {
+    MoeSpec big = small_layer(8, 2, 4096, 14336, kActSiluMul, kDTypeBF16, q);
+    big.quant_group = 128;
+    INFO(static_cast<int>(q));
+    CHECK(heuristic_tile_config(big, 16, true, "sm_90a").block_m == 8);  // 4 rows
+    for (int m : {20, 32}) {
+      const MoeTileConfig c = heuristic_tile_config(big, m, true, "sm_90a");
+      CHECK(c.block_m == (q == kQuantInt4Group ? 8 : 16));
+      CHECK((c.gemm1.swap_ab && c.gemm2.swap_ab));
+    }
+  }
+  MoeSpec small_fp8 = mx;
+  small_fp8.quant = kQuantFp8Block;
+  CHECK(heuristic_tile_config(small_fp8, 128, true, "sm_90a").block_m == 8);
   MoeSpec det = mx;
   det.reduce = ReduceMode::Deterministic;
   CHECK_FALSE(heuristic_tile_config(det, 1).gemm1.swap_ab);
