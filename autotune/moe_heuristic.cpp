@@ -319,13 +319,14 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // int8 (w8a16) since its weights convert by byte permutes (moe_dequant.cuh; the fp32 conversions
   // had bounded it): 24-token mma.sync tiles at 9 .. 13 rows an expert, one warp along k
   // (swap_ab_decode_tile), and 32-token wgmma-variant tiles at 14 .. 32 rows. H100, no DB, forty-fourth
-  // session, against the 16-token tiles (4 x 2 warps) or 64-row wgmma tiles before, us: Qwen3-30B-A3B
-  // M = 160 / 208 / 256 / 384 / 448 / 512 279 / 301 / 332 / 393 / 393 / 394 -> 288 / 301 / 294 /
-  // 322 / 335 / 378, Mixtral-8x7B M = 40 / 52 / 64 / 96 / 112 / 128 565 / 656 / 736 / 823 / 827 / 825
-  // -> 543 / 553 / 560 / 603 / 731 / 815, gpt-oss-120b M = 320 / 416 / 512 / 768 / 1024 1389 / 1495 /
-  // 1673 / 2035 / 2036 -> 1320 / 1349 / 1400 / 1463 / 1767, DeepSeek-V3 TP8 M = 320 / 416 / 512 / 768 /
-  // 1024 683 / 763 / 855 / 1043 / 1063 -> 677 / 706 / 754 / 882 / 1030. The wgmma-variant tiles
-  // lose at 48 rows (Mixtral M = 192 836 -> 1036), 16-token ones everywhere (+1..+7%).
+  // session, against the 16-token tiles (4 x 2 warps) or 64-row wgmma tiles before, us (24-token tiles
+  // of 4 x 1 warps at 10 rows, 8 x 1 at 13): Qwen3-30B-A3B M = 160 / 208 / 256 / 384 / 448 / 512 279 /
+  // 301 / 332 / 393 / 393 / 394 -> 285 / 301 / 294 / 322 / 335 / 378, Mixtral-8x7B M = 40 / 52 / 64 /
+  // 96 / 112 / 128 565 / 656 / 736 / 823 / 827 / 825 -> 545 / 553 / 560 / 603 / 731 / 815,
+  // gpt-oss-120b M = 320 / 416 / 512 / 768 / 1024 1389 / 1495 / 1673 / 2035 / 2036 -> 1318 / 1349 /
+  // 1400 / 1463 / 1767, DeepSeek-V3 TP8 M = 320 / 416 / 512 / 768 / 1024 683 / 763 / 855 / 1043 / 1063
+  // -> 683 / 706 / 754 / 882 / 1030. The wgmma-variant tiles lose at 48 rows (Mixtral M = 192 836 ->
+  // 1036), 16-token ones everywhere (+1..+7%).
   const bool int8 = spec.quant == kQuantInt8Channel;
   const bool wgmma_format = three_fragments || spec.quant == kQuantInt4Group || int8;
   const int wgmma_min_rows = spec.quant == kQuantInt4Group ? 9 : int8 ? 14 : 12;
