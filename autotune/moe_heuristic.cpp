@@ -337,9 +337,8 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
     return c;
   }
   if (swap_ab && rows <= 16 && swap_ab_format && swap_ab_supported_both(spec)) {
-    const double expert_bytes = static_cast<double>(quant_expert_bytes(spec, spec.w1_rows(), spec.hidden)) +
-                                static_cast<double>(quant_expert_bytes(spec, spec.hidden, spec.intermediate));
-    const bool big_experts = expert_bytes >= kBigExpertBytes && spec.quant != kQuantInt4Group;
+    const bool big_experts =
+        static_cast<double>(quant_expert_weight_bytes(spec)) >= kBigExpertBytes && spec.quant != kQuantInt4Group;
     c.block_m = rows <= 8 ? (big_experts && rows >= kBigExpertMinRows ? 16 : 8) : three_fragments || int8 ? 24 : 16;
     c.gemm1 = swap_ab_decode_tile(spec, num_tokens, c.block_m, true);
     c.gemm2 = swap_ab_decode_tile(spec, num_tokens, c.block_m, false);

@@ -102,9 +102,7 @@ double MoeTuner::floor_us(int m) {
   }
   touched /= kLogitSets;
   const double R = spec_.w1_rows(), K = spec_.hidden, N = spec_.intermediate;
-  const double bytes = touched * double(quant_expert_bytes(spec_, std::int64_t(R), std::int64_t(K)) +
-                                        quant_expert_bytes(spec_, std::int64_t(K), std::int64_t(N))) +
-                       2.0 * m * K * 2;
+  const double bytes = touched * double(quant_expert_weight_bytes(spec_)) + 2.0 * m * K * 2;
   const double flops = 2.0 * m * spec_.top_k * (R * K + K * N) * (double(EL) / spec_.num_experts);
   return std::max(bytes / bandwidth_, gemm_rate_ > 0 ? flops / gemm_rate_ : 0.0) * 1e6;
 }
@@ -162,10 +160,9 @@ std::vector<TuneResult> MoeTuner::run() {
   b.max_m = options_.batches.back();
   b.layer = std::make_unique<MoeLayer>(runtime_, spec_);
   DeviceFiller filler(runtime_);
-  const std::size_t K = spec_.hidden, N = spec_.intermediate, R = spec_.w1_rows(), E = spec_.num_experts;
+  const std::size_t K = spec_.hidden, R = spec_.w1_rows(), E = spec_.num_experts;
   const std::size_t EL = spec_.local_experts(), M = b.max_m;
-  const std::size_t weight_bytes = EL * (quant_expert_bytes(spec_, std::int64_t(R), std::int64_t(K)) +
-                                         quant_expert_bytes(spec_, std::int64_t(K), std::int64_t(N)));
+  const std::size_t weight_bytes = EL * quant_expert_weight_bytes(spec_);
   const ScalarType dt = scalar_type_of(spec_.dtype);
   const int copies = static_cast<int>(
       std::clamp<std::size_t>((2 * std::size_t(info.l2_bytes) + weight_bytes - 1) / weight_bytes, 1, kMaxWeightCopies));

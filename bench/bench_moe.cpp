@@ -138,7 +138,7 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
       const int inner = m <= 1024 ? 2 * kLogitSets : kLogitSets;
       const double us = time_graph_us(api, ctx.stream, inner, ctx.reps,
                                       [&](int i) { forward(args(i % kLogitSets)); });
-      const double weight_bytes = touched * double(quant_expert_bytes(s, R, K) + quant_expert_bytes(s, K, N)) +
+      const double weight_bytes = touched * double(quant_expert_weight_bytes(s)) +
                                   (s.has_bias ? touched * (R + K) * 4.0 : 0.0);
       const double bytes = weight_bytes + 2.0 * m * K * 2 + 2.0 * m * E;
       const double flops = 2.0 * m * s.top_k * double(R * K + K * N);

@@ -99,6 +99,10 @@ std::size_t quant_expert_bytes(const MoeSpec& s, std::int64_t rows, std::int64_t
   return bytes;
 }
 
+std::size_t quant_expert_weight_bytes(const MoeSpec& s) {
+  return quant_expert_bytes(s, s.w1_rows(), s.hidden) + quant_expert_bytes(s, s.hidden, s.intermediate);
+}
+
 std::uint8_t float_to_e4m3(float v) {
   if (std::isnan(v)) return 0x7f;
   const std::uint8_t sign = std::signbit(v) ? 0x80 : 0;

@@ -27,6 +27,8 @@ struct QuantTensorLayout {
 QuantTensorLayout quant_weight_layout(const MoeSpec& spec, std::int64_t experts, std::int64_t rows, std::int64_t cols);
 // Bytes of one expert's matrix as stored (weights + scales + zero points): the bench's floor.
 std::size_t quant_expert_bytes(const MoeSpec& spec, std::int64_t rows, std::int64_t cols);
+// Bytes of one expert's W1 [w1_rows, hidden] and W2 [hidden, intermediate] as stored.
+std::size_t quant_expert_weight_bytes(const MoeSpec& spec);
 
 // Codecs. e4m3: OCP fp8 (bias 7, max 448, no infinities); round to nearest even, saturating.
 std::uint8_t float_to_e4m3(float v);
