@@ -225,6 +225,12 @@ bool wgmma_supported(const MoeSpec& spec, const std::string& arch) {
          (!gated || spec.intermediate % kQuantFp8BlockSize == 0);
 }
 
+int gemv_heuristic_most_tokens(const MoeSpec& spec) {
+  if (spec.quant != kQuantFp8Block) return kGemvHeuristicWideTokens;
+  if (spec.intermediate <= kGemvHeuristicNarrowestFp8) return kGemvHeuristicWideTokens;
+  return spec.intermediate <= kGemvHeuristicNarrowFp8 ? kGemvHeuristicMaxTokens : kGemvHeuristicMaxTokensFp8;
+}
+
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab, const std::string& arch,
                                     bool decode_gemv) {
   // H200, against the tuned grouped-GEMM configs (whole forward): M = 1 Qwen3-30B-A3B 32.0 -> 26.6
@@ -235,7 +241,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   // M = 4 against the swap-AB e4m3 kernels: its products cost more instructions per byte. With x
   // quantized once before gemv1 (thirty-fourth session, H100): M = 2 / 3 / 4 44.2 / 57.6 / 77.0
   // against the swap-AB tiles' 47.6 / 62.7 / 75.7 (tuned) and 63.7 / 77.7 (these heuristic tiles);
-  // other fp8_block shapes lose at M = 3 (kGemvHeuristicMaxTokensFp8).
+  // other fp8_block shapes lose at M = 3 but narrow experts win (gemv_heuristic_most_tokens).
   // Five and six tokens where at most 3/8 of the experts get a slot (H100, no DB, two rounds: M = 5
   // / 6 Qwen3-30B-A3B 133 / 152 -> 126 / 139.5 us, DeepSeek-V3 TP8 162 / 187 -> 149 / 175, gpt-oss-120b
   // 342 / 398 -> 344 / 386; slower at M = 7 / 8, Qwen3 171 / 182 -> 175 / 194, gpt-oss 452 / 499
@@ -243,7 +249,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
   const long long slots = static_cast<long long>(num_tokens) * spec.top_k;
   const bool sparse = num_tokens <= kGemvHeuristicMaxTokens ? 2 * slots <= spec.local_experts()
                                                              : 8 * slots <= 3LL * spec.local_experts();
-  const int most = spec.quant == kQuantFp8Block ? kGemvHeuristicMaxTokensFp8 : kGemvHeuristicWideTokens;
+  const int most = gemv_heuristic_most_tokens(spec);
   const bool lanes = spec.quant != kQuantFp8Block || decode_gemv_lane_use(spec) >= kGemvHeuristicMinLaneUseFp8;
   if (decode_gemv && swap_ab && num_tokens >= 1 && num_tokens <= most && sparse && lanes &&
       num_tokens <= decode_gemv_max_tokens(spec) && decode_gemv_supported(spec, arch))

@@ -132,16 +132,28 @@ constexpr int kMoeMaxSplitK = 8;
 // decode_gemv: the decode GEMV pair (decode_gemv_config) for up to kGemvHeuristicMaxTokens tokens
 // whose routed slots are at most half the local experts (slots seldom share an expert: it reads
 // each slot's weights on its own), and up to kGemvHeuristicWideTokens whose slots are at most
-// 3/8 of them (16-bit weights; fp8_block: up to kGemvHeuristicMaxTokensFp8).
+// 3/8 of them (16-bit weights; fp8_block: gemv_heuristic_most_tokens).
 MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool swap_ab = true,
                                     const std::string& arch = "", bool decode_gemv = true);
 constexpr int kGemvHeuristicMaxTokens = 4;
 constexpr int kGemvHeuristicWideTokens = 6;
-// fp8_block: 2. With x quantized once before gemv1 (thirty-fourth session) three tokens won only on
-// DeepSeek-V3 TP8 (H100, no DB, two rounds: 63.6 -> 57.3-57.5 us; its DB takes the GEMV there) and
-// lost on gpt-oss-120b-, DeepSeek-V2-Lite- and Qwen3-30B-A3B-shaped fp8_block layers (122.3-122.8 ->
-// 143.0-143.5, 65.9-66.1 -> 70.2-70.3, 53.5-53.7 -> 52.3-54.2).
+// fp8_block: 2 tokens, 4 where the intermediate size N is at most kGemvHeuristicNarrowFp8 and
+// kGemvHeuristicWideTokens where it is at most kGemvHeuristicNarrowestFp8 (gemv_heuristic_most_tokens):
+// the swap-AB GEMMs of a narrow expert (2N GEMM1 rows) leave more of each decode step to their
+// fixed chain (routing launch, x and intermediate quantization, cast), which the GEMV does not run.
+// Forty-fifth session (H100, no DB against a user DB forcing the GEMV, two rounds, M = 3 / 4 / 5 / 6):
+// Kimi-K2 TP8 (E = 384, K = 7168, N = 256) 62.6 / 75.5 / 93.5 / 105.9 -> 54.6 / 69.5 / 85.8 / 99.3 us,
+// DeepSeek-V3 TP8 (N = 256) -12 / -9 / -7 / -5.5%, DeepSeek-V3 TP4 (N = 512) 106.5 / 139.4 / 166.6 /
+// 192.2 -> 99.2 / 127.9 / 164.3 / 190.1, Qwen3-30B-A3B (K = 2048, N = 768) 53.5 / 64.6 / 75.3 / 85.9
+// -> 49.1 / 63.3 / 76.1 / 90.2; wider experts lost or tied from 3 or 4 tokens: DeepSeek-V2-Lite (N =
+// 1408) M = 3 / 4 / 5 -0.4 / +4 / +17%, GLM-4.5-Air-shaped (K = 4096, N = 1408) M = 3 / 4 +0.2 / +6.5%,
+// K = 3072 / 4096, N = 1536 M = 3 +4.7 / +2%, DeepSeek-V3 (N = 2048) within 0.3%.
 constexpr int kGemvHeuristicMaxTokensFp8 = 2;
+constexpr int kGemvHeuristicNarrowFp8 = 768;
+constexpr int kGemvHeuristicNarrowestFp8 = 256;
+// The most tokens the heuristic gives the decode GEMV (before its sparsity, lane-use and shared-memory
+// conditions), by format and intermediate size.
+int gemv_heuristic_most_tokens(const MoeSpec& spec);
 // fp8_block: the GEMV where its threads have a chunk to read in at least this share of its steps,
 // by weight bytes (decode_gemv_lane_use): its e4m3 products cost more instructions per byte than
 // the swap-AB kernel's, so idle lanes are lost issue slots. gpt-oss-120b-shaped fp8_block (K = 2880:

@@ -343,9 +343,30 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   fp8.quant = kQuantFp8Block;
   CHECK(decode_gemv_supported(fp8, "sm_90a"));
   CHECK_FALSE(decode_gemv_supported(fp8, "sm_80"));
-  CHECK(heuristic_tile_config(fp8, 1, true, "sm_90a").gemv);
-  CHECK(heuristic_tile_config(fp8, kGemvHeuristicMaxTokensFp8, true, "sm_90a").gemv);
-  CHECK_FALSE(heuristic_tile_config(fp8, kGemvHeuristicMaxTokensFp8 + 1, true, "sm_90a").gemv);
+  // Up to 4 tokens for experts of N <= 768 (Qwen3's), 2 for wider ones, 6 for N <= 256 (the sparsity and
+  // shared-memory conditions still apply).
+  CHECK(gemv_heuristic_most_tokens(fp8) == kGemvHeuristicMaxTokens);
+  for (int m = 1; m <= kGemvHeuristicMaxTokens; ++m) CHECK(heuristic_tile_config(fp8, m, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(fp8, kGemvHeuristicMaxTokens + 1, true, "sm_90a").gemv);
+  MoeSpec wide = fp8;  // DeepSeek-V2-Lite-shaped: N = 1408
+  wide.num_experts = 64;
+  wide.top_k = 6;
+  wide.intermediate = 1408;
+  CHECK(gemv_heuristic_most_tokens(wide) == kGemvHeuristicMaxTokensFp8);
+  CHECK(heuristic_tile_config(wide, kGemvHeuristicMaxTokensFp8, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(wide, kGemvHeuristicMaxTokensFp8 + 1, true, "sm_90a").gemv);
+  MoeSpec narrow = fp8;  // DeepSeek-V3 TP8: E = 256, K = 7168, N = 256
+  narrow.num_experts = 256;
+  narrow.hidden = 7168;
+  narrow.intermediate = 256;
+  CHECK(gemv_heuristic_most_tokens(narrow) == kGemvHeuristicWideTokens);
+  CHECK(decode_gemv_max_tokens(narrow) >= kGemvHeuristicWideTokens);
+  for (int m = 1; m <= kGemvHeuristicWideTokens; ++m) CHECK(heuristic_tile_config(narrow, m, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(narrow, kGemvHeuristicWideTokens + 1, true, "sm_90a").gemv);
+  narrow.num_experts = 64;  // 6 x 8 slots are more than 3/8 of 64 experts: swap-AB tiles
+  CHECK(heuristic_tile_config(narrow, 2, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(narrow, 5, true, "sm_90a").gemv);
+  CHECK(gemv_heuristic_most_tokens(q) == kGemvHeuristicWideTokens);  // 16-bit weights
   // ... where its threads stay busy: rows of 128 / 384 16-byte chunks (Qwen3's K = 2048 split in two
   // items a step; 8 x 768 in two steps of 256, 3/4 used), but not gpt-oss-120b's K = 2880 (180 of
   // 256 threads a step).
