@@ -58,6 +58,9 @@ int rows_per_expert(const MoeSpec& spec, long long num_tokens) {
 // group: w4x2 ran slower than w4x1). Narrow layers (DeepSeek-V3 TP8: N = 256) take 2 warps along
 // the columns and up to 8 along k (16 warps per CTA at most).
 constexpr long long kSwapAbTargetWarps = 132 * 16;
+// GEMM2's k blocks from which swap_ab_decode_tile gives it at least two warps along k.
+constexpr long long kSwapAbGemm2TwoWarpsKBlocks = 12;
+
 GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, bool gemm1) {
   const bool gated = gemm1 && spec.fused && activation_is_gated(spec.activation);
   const long long cols = gemm1 ? (spec.fused ? spec.intermediate : spec.w1_rows()) : spec.hidden;
@@ -74,7 +77,12 @@ GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, b
     // usual pick). GEMM2 too from 16 k blocks (N >= 1921; the tuner kept one warp for Qwen3's N = 768
     // and DeepSeek-V3 TP8's 256): MXFP4 gpt-oss-120b M = 4 / 16 / 64 112.1 / 302.8 / 653.9 -> 110.0
     // / 290.7 / 633.0, int4 Mixtral-8x7B M = 4 / 16 243.4 / 376.1 -> 223.8 / 368.3, int8
-    // gpt-oss-120b M = 16 478.4 -> 471.3 (two rounds each).
+    // gpt-oss-120b M = 16 478.4 -> 471.3 (two rounds each). From 12 k blocks (N >= 1409) since the
+    // forty-fifth session: N = 1536 layers (K = 4096, E = 128, top_k = 8; H100, no DB against a user DB,
+    // two rounds, M = 1 / 2 / 3 / 4 / 6 / 8) int4 52.4 / 80.5 / 108.7 / 138.0 / 188.3 / 225.8 -> 46.7 /
+    // 80.5 / 108.6 / 137.7 / 189.5 / 228.6 us, int8 -7 / -1.7 / -2.4 / -2 / -1.8 / -1.9%, fp8_block (M >= 3)
+    // -0.6..-0.9%, MXFP4 (K = 2880, top_k = 4) M = 2 .. 6 -1..-4%; at N = 1408 (11 blocks) and 1024 (8)
+    // int4 was mixed (-5..+3.4%).
     // Not for 4-bit weights on full 8-token tiles (8 rows an expert: the heuristic's 8-token tiles
     // end there), the tuner's pick in both shipped DBs. H100, no DB, two rounds, against two warps along k: MXFP4 gpt-oss-120b
     // M = 256 986 -> 857 us, gpt-oss-20b M = 64 276-282 -> 243, int4 Qwen3-30B-A3B M = 128 245 ->
@@ -89,7 +97,7 @@ GemmTile swap_ab_decode_tile(const MoeSpec& spec, int num_tokens, int block_m, b
     const bool full_4bit_tiles = quant_weight_bits(spec.quant) == 4 && block_m == 8 &&
                                  rows_per_expert(spec, std::max(num_tokens, 1)) >= 8;
     const bool int8_24 = spec.quant == kQuantInt8Channel && block_m == 24;
-    const long long least = std::min(!full_4bit_tiles && !int8_24 && (gemm1 || k_blocks >= 16) ? 2LL : 1LL, most);
+    const long long least = std::min(!full_4bit_tiles && !int8_24 && (gemm1 || k_blocks >= kSwapAbGemm2TwoWarpsKBlocks) ? 2LL : 1LL, most);
     const long long wk = std::clamp<long long>(kSwapAbTargetWarps / warps, least, most);
     if (wk <= 16 / wn || wn == 2) return swap_ab_tile(wn, static_cast<int>(std::min<long long>(wk, 16 / wn)), 2);
   }

@@ -168,6 +168,18 @@ TEST_CASE("autotune: swap-AB tiles round-trip, are candidates only where the lay
   i8.quant = kQuantInt8Channel;
   CHECK(heuristic_tile_config(i8, 128).block_m == 8);
   CHECK(heuristic_tile_config(i8, 128).gemm1.warps_k == 2);
+  // GEMM2 takes two warps along k from 12 k blocks of 128 (N = 1536: Qwen3-235B-A22B), one below (N = 1408).
+  for (MoeQuant q : {kQuantInt4Group, kQuantInt8Channel}) {
+    MoeSpec n1536 = small_layer(128, 8, 4096, 1536, kActSiluMul, kDTypeBF16, q);
+    n1536.quant_group = 128;
+    MoeSpec n1408 = n1536;
+    n1408.intermediate = 1408;
+    for (int m : {1, 4}) {
+      INFO(static_cast<int>(q) << " M=" << m);
+      CHECK(heuristic_tile_config(n1536, m, true, "sm_90a").gemm2.warps_k == 2);
+      CHECK(heuristic_tile_config(n1408, m, true, "sm_90a").gemm2.warps_k == 1);
+    }
+  }
   // Experts larger than the L2 (Mixtral-8x7B: 176 MB in fp8 / int8, 93 in MXFP4) at 5-8 rows an
   // expert: 16-token tiles, so that an expert's weights are read once; not int4, not at 4 rows, not
   // small experts (Qwen3-30B-A3B above: 4.7 MB).
