@@ -202,9 +202,7 @@ double decode_gemv_lane_use(const MoeSpec& spec) {
 
 int decode_gemv_max_tokens(const MoeSpec& spec) {
   int t = kMoeDecodeMaxTokens;
-  while (t > 0 && (moe_decode_gemv1_smem(spec.quant, t, spec.hidden) > kMoeDecodeMaxSmemBytes ||
-                   moe_decode_gemv2_smem(spec.quant, t, spec.top_k, spec.intermediate) > kMoeDecodeMaxSmemBytes))
-    --t;
+  while (t > 0 && !moe_decode_gemv_fits(spec.quant, t, spec.top_k, spec.hidden, spec.intermediate)) --t;
   return t;
 }
 
@@ -235,7 +233,7 @@ bool wgmma_supported(const MoeSpec& spec, const std::string& arch) {
 
 int gemv_heuristic_most_tokens(const MoeSpec& spec) {
   if (spec.quant != kQuantFp8Block) return kGemvHeuristicWideTokens;
-  if (spec.intermediate <= kGemvHeuristicNarrowestFp8) return kGemvHeuristicWideTokens;
+  if (spec.intermediate <= kGemvHeuristicNarrowestFp8) return kGemvHeuristicMostTokensNarrowestFp8;
   return spec.intermediate <= kGemvHeuristicNarrowFp8 ? kGemvHeuristicMaxTokens : kGemvHeuristicMaxTokensFp8;
 }
 

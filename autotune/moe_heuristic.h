@@ -87,8 +87,8 @@ struct MoeTileConfig {
 // The decode GEMV config, and whether a layer can run it (on arch; empty = any that runs its
 // quantization): the fused layer in the fast reduce mode (its sums run in another order than the
 // GEMM kernels'), 16-bit weights with K and N multiples of 8, or fp8_block weights (sm_89+) with
-// K and N multiples of 16; and the most tokens it takes (fp8: activations quantized in shared
-// memory, at most kMoeDecodeMaxSmemBytes).
+// K and N multiples of 16; and the most tokens it takes (fp8: each CTA's tokens' activations
+// quantized in shared memory, at most kMoeDecodeMaxSmemBytes: moe_decode_gemv_fits).
 MoeTileConfig decode_gemv_config();
 bool decode_gemv_supported(const MoeSpec& spec, const std::string& arch = "");
 int decode_gemv_max_tokens(const MoeSpec& spec);
@@ -138,7 +138,7 @@ MoeTileConfig heuristic_tile_config(const MoeSpec& spec, int num_tokens, bool sw
 constexpr int kGemvHeuristicMaxTokens = 4;
 constexpr int kGemvHeuristicWideTokens = 6;
 // fp8_block: 2 tokens, 4 where the intermediate size N is at most kGemvHeuristicNarrowFp8 and
-// kGemvHeuristicWideTokens where it is at most kGemvHeuristicNarrowestFp8 (gemv_heuristic_most_tokens):
+// kGemvHeuristicMostTokensNarrowestFp8 where it is at most kGemvHeuristicNarrowestFp8 (gemv_heuristic_most_tokens):
 // the swap-AB GEMMs of a narrow expert (2N GEMM1 rows) leave more of each decode step to their
 // fixed chain (routing launch, x and intermediate quantization, cast), which the GEMV does not run.
 // Forty-fifth session (H100, no DB against a user DB forcing the GEMV, two rounds, M = 3 / 4 / 5 / 6):
@@ -148,9 +148,14 @@ constexpr int kGemvHeuristicWideTokens = 6;
 // -> 49.1 / 63.3 / 76.1 / 90.2; wider experts lost or tied from 3 or 4 tokens: DeepSeek-V2-Lite (N =
 // 1408) M = 3 / 4 / 5 -0.4 / +4 / +17%, GLM-4.5-Air-shaped (K = 4096, N = 1408) M = 3 / 4 +0.2 / +6.5%,
 // K = 3072 / 4096, N = 1536 M = 3 +4.7 / +2%, DeepSeek-V3 (N = 2048) within 0.3%.
+// Seven and eight tokens of the narrowest fp8 experts came with each CTA's shared memory holding
+// only its own tokens' rows (forty-sixth session; before, eight DeepSeek-V3-wide x rows did not fit):
+// H100, the shipped DB's swap-AB tiles against a user DB forcing the GEMV, M = 7 / 8: DeepSeek-V3 TP8
+// 122.6 / 135.7 -> 114.9 / 131.0 us, Kimi-K2 TP8 (no DB) 128.1 / 141.3 -> 114.3 / 131.5.
 constexpr int kGemvHeuristicMaxTokensFp8 = 2;
 constexpr int kGemvHeuristicNarrowFp8 = 768;
 constexpr int kGemvHeuristicNarrowestFp8 = 256;
+constexpr int kGemvHeuristicMostTokensNarrowestFp8 = 8;
 // The most tokens the heuristic gives the decode GEMV (before its sparsity, lane-use and shared-memory
 // conditions), by format and intermediate size.
 int gemv_heuristic_most_tokens(const MoeSpec& spec);

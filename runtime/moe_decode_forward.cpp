@@ -89,22 +89,37 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   a.weight_on_input = spec_.router_weight_on_input ? 1 : 0;
   a.alpha = spec_.swiglu_alpha;
   a.limit = spec_.swiglu_limit;
-  // One wave each; every CTA takes an even share of the items (at least one).
+  // One wave each (at least kMoeDecodeMinGrid CTAs); every CTA takes an even share of the items (at
+  // least one). fp8_block: each CTA's shared memory holds its own tokens' quantized rows
+  // (moe_decode_cta_token_span of the grid), so a smaller span may leave room for more CTAs an SM:
+  // the most that fit with one token row down to one, the first whose span's rows fit that many.
   const DeviceInfo& device = runtime_.device().info();
-  auto grid = [&](const Kernel& kernel, unsigned smem, long long items) {
-    const long long wave = static_cast<long long>(device.sm_count) *
-                           resident_ctas_per_sm(kernel, kMoeDecodeThreads, smem, device);
-    return static_cast<unsigned>(std::clamp<long long>(items, 1, wave));
+  struct Launch {
+    unsigned grid, smem;
+    int tokens;
   };
-  // fp8_block: each CTA's quantized activations.
-  const auto smem1 = static_cast<unsigned>(moe_decode_gemv1_smem(spec_.quant, m, spec_.hidden));
-  const auto smem2 = static_cast<unsigned>(moe_decode_gemv2_smem(spec_.quant, m, spec_.top_k, spec_.intermediate));
-  const long long items1 = static_cast<long long>(m) * spec_.top_k * spec_.intermediate;
-  const long long items2 = static_cast<long long>(m) * spec_.hidden;
-  k.gemv1->launch(stream, {grid(*k.gemv1, smem1, items1), 1, 1, kMoeDecodeThreads, 1, 1, smem1, x_first && dependent_launch},
-                  a);
+  auto plan = [&](const Kernel& kernel, long long items, long long per_token, auto smem_of) {
+    const int most = std::max(1, resident_ctas_per_sm(kernel, kMoeDecodeThreads, smem_of(1), device));
+    for (int ctas = most;; --ctas) {
+      const long long grid =
+          std::clamp<long long>(items, 1, std::max<long long>(static_cast<long long>(device.sm_count) * ctas, kMoeDecodeMinGrid));
+      const int tokens = moe_decode_cta_token_span(items, per_token, grid, m);
+      const auto smem = static_cast<unsigned>(smem_of(tokens));
+      if (ctas == 1 || resident_ctas_per_sm(kernel, kMoeDecodeThreads, smem, device) >= ctas)
+        return Launch{static_cast<unsigned>(grid), smem, tokens};
+    }
+  };
+  const Launch l1 = plan(*k.gemv1, moe_decode_gemv1_items(m, spec_.top_k, spec_.intermediate),
+                         static_cast<long long>(spec_.top_k) * spec_.intermediate,
+                         [&](int tokens) { return moe_decode_gemv1_smem(spec_.quant, tokens, spec_.hidden); });
   const Kernel& gemv2 = m >= kMoeDecodeManyTokens ? *k.gemv2_many : *k.gemv2;
-  gemv2.launch(stream, {grid(gemv2, smem2, items2), 1, 1, kMoeDecodeThreads, 1, 1, smem2, dependent_launch}, a);
+  const Launch l2 = plan(gemv2, moe_decode_gemv2_items(m, spec_.hidden), spec_.hidden, [&](int tokens) {
+    return moe_decode_gemv2_smem(spec_.quant, tokens, spec_.top_k, spec_.intermediate);
+  });
+  a.gemv1_smem_tokens = l1.tokens;
+  a.gemv2_smem_tokens = l2.tokens;
+  k.gemv1->launch(stream, {l1.grid, 1, 1, kMoeDecodeThreads, 1, 1, l1.smem, x_first && dependent_launch}, a);
+  gemv2.launch(stream, {l2.grid, 1, 1, kMoeDecodeThreads, 1, 1, l2.smem, dependent_launch}, a);
 }
 
 }  // namespace moejit

@@ -57,6 +57,9 @@ struct MoeDecodeArgs {
   long long ldo;
   int weight_on_input;  // router weight scales GEMM1's product (before bias) instead of GEMM2's result
   float alpha, limit;   // swigluoai / swiglustep
+  // fp8_block: the token rows each kernel's dynamic shared memory holds (moe_decode_cta_token_span of
+  // its grid): a CTA keeps only its own tokens' quantized rows, the first of them at row 0.
+  int gemv1_smem_tokens, gemv2_smem_tokens;
 };
 
 // Weights per 16-byte load of the GEMV's rows: e4m3 (fp8_block) or 16-bit.
@@ -102,14 +105,55 @@ MOEJIT_HOST_DEVICE constexpr bool moe_decode_quantize_overlaps(int groups, int t
 // scale per token per 128 columns, as moe_act_quant does): gemv1 the tokens' x rows, gemv2 their
 // TOPK intermediate rows. Dynamic shared memory of each (0 for 16-bit weights), and the cap on it.
 inline constexpr long long kMoeDecodeMaxSmemBytes = 96 * 1024;
+// CTA b of grid: items [begin, end) of total (an even split), and the tokens they span (first and
+// how many, at least one) at per_token items a token.
+MOEJIT_HOST_DEVICE constexpr void moe_decode_cta_items(long long b, long long grid, long long total, int& begin, int& end) {
+  begin = static_cast<int>(b * total / grid);
+  end = static_cast<int>((b + 1) * total / grid);
+}
+MOEJIT_HOST_DEVICE constexpr void moe_decode_cta_tokens(int begin, int end, int per_token, int& first, int& count) {
+  first = begin / per_token;
+  count = ((end > begin + 1 ? end : begin + 1) - 1) / per_token - first + 1;
+}
+// A CTA quantizes only the tokens its items span (moe_decode_cta_items / moe_decode_cta_tokens), so
+// its shared memory holds at most this many token rows: items / grid items (rounded up) touch at
+// most (that - 1) / per_token + 2 tokens. Sized for every token instead, DeepSeek-V3-wide x rows
+// (14 KB a token) held gemv1 to two CTAs an SM from five tokens on and out of seven and eight.
+MOEJIT_HOST_DEVICE constexpr int moe_decode_cta_token_span(long long items, long long per_token, long long grid,
+                                                          int tokens) {
+  const long long most = (items + grid - 1) / grid;
+  const long long span = (most - 1) / per_token + 2;
+  return span < tokens ? static_cast<int>(span) : tokens;
+}
+// The host launches at least this many CTAs of each kernel (more than one wave on a smaller GPU), so
+// that moe_decode_gemv_max_tokens can bound every CTA's token span without knowing the device.
+inline constexpr long long kMoeDecodeMinGrid = 16;
+MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv1_items(int tokens, int top_k, int inter) {
+  return static_cast<long long>(tokens) * top_k * inter;
+}
+MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv2_items(int tokens, int hidden) {
+  return static_cast<long long>(tokens) * hidden;
+}
 MOEJIT_HOST_DEVICE constexpr long long moe_decode_quant_smem(int quant, long long rows, long long cols) {
   return quant == kQuantFp8Block ? rows * cols * 2 + rows * ((cols + kQuantFp8BlockSize - 1) / kQuantFp8BlockSize) * 4 : 0;
 }
+// Of `tokens` token rows (a CTA's span).
 MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv1_smem(int quant, int tokens, int hidden) {
   return moe_decode_quant_smem(quant, tokens, hidden);
 }
 MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv2_smem(int quant, int tokens, int top_k, int inter) {
   return moe_decode_quant_smem(quant, static_cast<long long>(tokens) * top_k, inter);
+}
+// Whether a forward of `tokens` fits: the largest span any grid of at least kMoeDecodeMinGrid CTAs
+// (or one per item) gives its CTAs, in at most kMoeDecodeMaxSmemBytes.
+MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv_fits(int quant, int tokens, int top_k, int hidden, int inter) {
+  const long long items1 = moe_decode_gemv1_items(tokens, top_k, inter), items2 = moe_decode_gemv2_items(tokens, hidden);
+  const int span1 = moe_decode_cta_token_span(items1, static_cast<long long>(top_k) * inter,
+                                              items1 < kMoeDecodeMinGrid ? items1 : kMoeDecodeMinGrid, tokens);
+  const int span2 = moe_decode_cta_token_span(items2, hidden, items2 < kMoeDecodeMinGrid ? items2 : kMoeDecodeMinGrid,
+                                              tokens);
+  return moe_decode_gemv1_smem(quant, span1, hidden) <= kMoeDecodeMaxSmemBytes &&
+         moe_decode_gemv2_smem(quant, span2, top_k, inter) <= kMoeDecodeMaxSmemBytes;
 }
 
 }  // namespace moejit

@@ -355,7 +355,7 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   fp8.quant = kQuantFp8Block;
   CHECK(decode_gemv_supported(fp8, "sm_90a"));
   CHECK_FALSE(decode_gemv_supported(fp8, "sm_80"));
-  // Up to 4 tokens for experts of N <= 768 (Qwen3's), 2 for wider ones, 6 for N <= 256 (the sparsity and
+  // Up to 4 tokens for experts of N <= 768 (Qwen3's), 2 for wider ones, 8 for N <= 256 (the sparsity and
   // shared-memory conditions still apply).
   CHECK(gemv_heuristic_most_tokens(fp8) == kGemvHeuristicMaxTokens);
   for (int m = 1; m <= kGemvHeuristicMaxTokens; ++m) CHECK(heuristic_tile_config(fp8, m, true, "sm_90a").gemv);
@@ -371,10 +371,11 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   narrow.num_experts = 256;
   narrow.hidden = 7168;
   narrow.intermediate = 256;
-  CHECK(gemv_heuristic_most_tokens(narrow) == kGemvHeuristicWideTokens);
-  CHECK(decode_gemv_max_tokens(narrow) >= kGemvHeuristicWideTokens);
-  for (int m = 1; m <= kGemvHeuristicWideTokens; ++m) CHECK(heuristic_tile_config(narrow, m, true, "sm_90a").gemv);
-  CHECK_FALSE(heuristic_tile_config(narrow, kGemvHeuristicWideTokens + 1, true, "sm_90a").gemv);
+  CHECK(gemv_heuristic_most_tokens(narrow) == kGemvHeuristicMostTokensNarrowestFp8);
+  CHECK(decode_gemv_max_tokens(narrow) >= kGemvHeuristicMostTokensNarrowestFp8);  // each CTA's own x rows
+  for (int m = 1; m <= kGemvHeuristicMostTokensNarrowestFp8; ++m)
+    CHECK(heuristic_tile_config(narrow, m, true, "sm_90a").gemv);
+  CHECK_FALSE(heuristic_tile_config(narrow, kGemvHeuristicMostTokensNarrowestFp8 + 1, true, "sm_90a").gemv);
   narrow.num_experts = 64;  // 6 x 8 slots are more than 3/8 of 64 experts: swap-AB tiles
   CHECK(heuristic_tile_config(narrow, 2, true, "sm_90a").gemv);
   CHECK_FALSE(heuristic_tile_config(narrow, 5, true, "sm_90a").gemv);
@@ -411,9 +412,31 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   CHECK_FALSE(moe_decode_quantize_overlaps(16, 3));
   CHECK_FALSE(moe_decode_quantize_overlaps(1, 0));
   CHECK_FALSE(moe_decode_quantize_overlaps(1, kMoeDecodeThreads / 32));  // no warp left over
-  CHECK(decode_gemv_max_tokens(fp8) == 7);  // gemv2: 8 slots x 768 f16 + scales, 12480 bytes per token
-  fp8.hidden = 16384;  // x as f16 in shared memory, 32.5 KiB per token: 2 tokens fit 96 KiB
-  CHECK(decode_gemv_max_tokens(fp8) == 2);
+  // Each CTA's shared memory holds only its own tokens' rows (two at most here, with any grid of
+  // kMoeDecodeMinGrid CTAs or more): every token count fits.
+  CHECK(decode_gemv_max_tokens(fp8) == kMoeDecodeMaxTokens);
+  fp8.hidden = 16384;  // x as f16 in shared memory, 32.5 KiB per token: two fit 96 KiB
+  CHECK(decode_gemv_max_tokens(fp8) == kMoeDecodeMaxTokens);
+  fp8.hidden = 32768;  // 65 KiB per token: one token alone (from two on, a CTA may span two)
+  CHECK(decode_gemv_max_tokens(fp8) == 1);
+  // The span bound holds for every CTA of every grid (the kernels' own split of the items).
+  for (int tokens = 1; tokens <= kMoeDecodeMaxTokens; ++tokens)
+    for (long long per_token : {1LL, 7LL, 128LL, 2048LL, 7168LL})
+      for (long long grid : {1LL, 3LL, 16LL, 132LL, 264LL, 396LL, 1000LL}) {
+        const long long items = tokens * per_token;
+        if (grid > items) continue;
+        const int span = moe_decode_cta_token_span(items, per_token, grid, tokens);
+        int widest = 0;
+        for (long long b = 0; b < grid; ++b) {
+          int begin = 0, end = 0, first = 0, count = 0;
+          moe_decode_cta_items(b, grid, items, begin, end);
+          moe_decode_cta_tokens(begin, end, static_cast<int>(per_token), first, count);
+          CHECK(first + count <= tokens);
+          widest = std::max(widest, count);
+        }
+        CHECK(widest <= span);
+        CHECK(span <= widest + 1);  // not far above it
+      }
   // One kernel set: routing parameters from the layer's router, the shape as template arguments.
   const MoeTileConfig gemv = decode_gemv_config();
   CHECK(gemv.describe() == "gemv");
