@@ -453,15 +453,24 @@ FamilyInfo moe_decode_gemv_family() {
   for (const ParamDesc& p : routing_topk_family().params)  // num_experts .. logit_dtype; not top_k, warps
     if (p.name != "top_k" && p.name != "warps") f.params.push_back(p);
   f.params.push_back(derived_int("threads", "", "threads per CTA"));
+  auto splits = [](const KernelSpec& s) {
+    return moe_decode_gemv2_splits(parse_quant(s.get_string("quant")), static_cast<int>(s.get_int("top_k")),
+                                   static_cast<int>(s.get_int("intermediate")));
+  };
+  auto span = [](const KernelSpec& s) {
+    return moe_decode_gemv_span_wanted(parse_quant(s.get_string("quant")), static_cast<int>(s.get_int("top_k")),
+                                       static_cast<int>(s.get_int("hidden")), static_cast<int>(s.get_int("intermediate")));
+  };
   f.entries = {{"gemv1", "moejit::moe_decode_gemv1_kernel", "moejit::MoeDecodeArgs"},
                // gemv2 in batches of 10 split items, or of 8 (from kMoeDecodeManyTokens tokens on);
                // without split items the batch size changes nothing: gemv2 alone
                {"gemv2", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "10"},
-               {"gemv2_many", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "8",
-                [](const KernelSpec& s) {
-                  return moe_decode_gemv2_splits(parse_quant(s.get_string("quant")), static_cast<int>(s.get_int("top_k")),
-                                                 static_cast<int>(s.get_int("intermediate")));
-                }}};
+               {"gemv2_many", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "8", splits},
+               // fp8_block: the same with each CTA's shared memory holding its own tokens' rows only
+               {"gemv1_span", "moejit::moe_decode_gemv1_kernel", "moejit::MoeDecodeArgs", "true", span},
+               {"gemv2_span", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "10, true", span},
+               {"gemv2_many_span", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "8, true",
+                [=](const KernelSpec& s) { return span(s) && splits(s); }}};
   f.derive = [](KernelSpec& s) {
     derive_topk_selection(s, "moe_decode_gemv");
     const int quant = parse_quant(s.get_string("quant"));

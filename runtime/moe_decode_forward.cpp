@@ -19,6 +19,10 @@ void MoeLayer::Kernels::bind_decode_gemv(const Module& gemv) {
   // Layers whose gemv2 items are not split have no gemv2_many (moe_decode_gemv2_splits): the same code.
   const Kernel* many = gemv.find_kernel("gemv2_many");
   gemv2_many = many != nullptr ? many : gemv2;
+  gemv1_span = gemv.find_kernel("gemv1_span");  // fp8_block layers of wide rows only
+  gemv2_span = gemv.find_kernel("gemv2_span");
+  const Kernel* many_span = gemv.find_kernel("gemv2_many_span");
+  gemv2_many_span = many_span != nullptr ? many_span : gemv2_span;
 }
 
 void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m, const Kernels& k) {
@@ -89,37 +93,51 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   a.weight_on_input = spec_.router_weight_on_input ? 1 : 0;
   a.alpha = spec_.swiglu_alpha;
   a.limit = spec_.swiglu_limit;
-  // One wave each (at least kMoeDecodeMinGrid CTAs); every CTA takes an even share of the items (at
-  // least one). fp8_block: each CTA's shared memory holds its own tokens' quantized rows
-  // (moe_decode_cta_token_span of the grid), so a smaller span may leave room for more CTAs an SM:
-  // the most that fit with one token row down to one, the first whose span's rows fit that many.
+  // One wave each; every CTA takes an even share of the items (at least one). fp8_block: a CTA's
+  // shared memory holds every token's quantized rows, or (the SPAN kernels, where the module has
+  // them) its own tokens' only (moe_decode_cta_token_span of the grid, which is then at least
+  // kMoeDecodeMinGrid CTAs), so that more CTAs fit an SM: SPAN where it fits more of them (or where
+  // every token's rows do not fit at all), the first of its CTA counts, from the most, whose span fits.
   const DeviceInfo& device = runtime_.device().info();
   struct Launch {
+    const Kernel* kernel;
     unsigned grid, smem;
-    int tokens;
+    int tokens, ctas;  // token rows the smem holds; CTAs an SM
   };
-  auto plan = [&](const Kernel& kernel, long long items, long long per_token, auto smem_of) {
-    const int most = std::max(1, resident_ctas_per_sm(kernel, kMoeDecodeThreads, smem_of(1), device));
-    for (int ctas = most;; --ctas) {
-      const long long grid =
-          std::clamp<long long>(items, 1, std::max<long long>(static_cast<long long>(device.sm_count) * ctas, kMoeDecodeMinGrid));
+  const long long sms = device.sm_count;
+  auto plan = [&](const Kernel& whole, const Kernel* span, long long items, long long per_token, auto smem_of) {
+    const auto all_smem = smem_of(m);
+    const int all_ctas = all_smem <= kMoeDecodeMaxSmemBytes
+                             ? resident_ctas_per_sm(whole, kMoeDecodeThreads, static_cast<unsigned>(all_smem), device)
+                             : 0;
+    Launch all{&whole, static_cast<unsigned>(std::clamp<long long>(items, 1, sms * std::max(all_ctas, 1))),
+               static_cast<unsigned>(all_smem), m, all_ctas};
+    if (span == nullptr || m == 1) return all;
+    const int most = std::max(1, resident_ctas_per_sm(*span, kMoeDecodeThreads, static_cast<unsigned>(smem_of(1)), device));
+    for (int ctas = most; ctas > all_ctas; --ctas) {
+      const long long grid = std::clamp<long long>(items, 1, std::max(sms * ctas, kMoeDecodeMinGrid));
       const int tokens = moe_decode_cta_token_span(items, per_token, grid, m);
-      const auto smem = static_cast<unsigned>(smem_of(tokens));
-      if (ctas == 1 || resident_ctas_per_sm(kernel, kMoeDecodeThreads, smem, device) >= ctas)
-        return Launch{static_cast<unsigned>(grid), smem, tokens};
+      const auto smem = smem_of(tokens);
+      if (smem <= kMoeDecodeMaxSmemBytes &&
+          (ctas == 1 || resident_ctas_per_sm(*span, kMoeDecodeThreads, static_cast<unsigned>(smem), device) >= ctas))
+        return Launch{span, static_cast<unsigned>(grid), static_cast<unsigned>(smem), tokens, ctas};
     }
+    return all;
   };
-  const Launch l1 = plan(*k.gemv1, moe_decode_gemv1_items(m, spec_.top_k, spec_.intermediate),
+  const bool many = m >= kMoeDecodeManyTokens;
+  const Launch l1 = plan(*k.gemv1, k.gemv1_span, moe_decode_gemv1_items(m, spec_.top_k, spec_.intermediate),
                          static_cast<long long>(spec_.top_k) * spec_.intermediate,
                          [&](int tokens) { return moe_decode_gemv1_smem(spec_.quant, tokens, spec_.hidden); });
-  const Kernel& gemv2 = m >= kMoeDecodeManyTokens ? *k.gemv2_many : *k.gemv2;
-  const Launch l2 = plan(gemv2, moe_decode_gemv2_items(m, spec_.hidden), spec_.hidden, [&](int tokens) {
-    return moe_decode_gemv2_smem(spec_.quant, tokens, spec_.top_k, spec_.intermediate);
-  });
+  const Launch l2 = plan(many ? *k.gemv2_many : *k.gemv2, many ? k.gemv2_many_span : k.gemv2_span,
+                         moe_decode_gemv2_items(m, spec_.hidden), spec_.hidden,
+                         [&](int tokens) { return moe_decode_gemv2_smem(spec_.quant, tokens, spec_.top_k, spec_.intermediate); });
+  // decode_gemv_max_tokens bounds m by what fits (moe_decode_gemv_fits); this is its check.
+  MOEJIT_REQUIRE(l1.ctas >= 1 && l2.ctas >= 1,
+                 "moe: the decode GEMV's shared memory for {} tokens does not fit ({} / {} bytes)", m, l1.smem, l2.smem);
   a.gemv1_smem_tokens = l1.tokens;
   a.gemv2_smem_tokens = l2.tokens;
-  k.gemv1->launch(stream, {l1.grid, 1, 1, kMoeDecodeThreads, 1, 1, l1.smem, x_first && dependent_launch}, a);
-  gemv2.launch(stream, {l2.grid, 1, 1, kMoeDecodeThreads, 1, 1, l2.smem, dependent_launch}, a);
+  l1.kernel->launch(stream, {l1.grid, 1, 1, kMoeDecodeThreads, 1, 1, l1.smem, x_first && dependent_launch}, a);
+  l2.kernel->launch(stream, {l2.grid, 1, 1, kMoeDecodeThreads, 1, 1, l2.smem, dependent_launch}, a);
 }
 
 }  // namespace moejit

@@ -28,7 +28,12 @@ struct MoeLayer::Kernels {
   const Kernel* gemv1 = nullptr;       // the decode GEMV pair (config.gemv): nothing above is set then
   const Kernel* gemv2 = nullptr;
   const Kernel* gemv2_many = nullptr;  // gemv2 for kMoeDecodeManyTokens tokens and more
-  void bind_decode_gemv(const Module& gemv);  // the three above from the decode GEMV's module
+  // fp8_block layers that may need them (moe_decode_gemv_span_wanted): the three above with each
+  // CTA's shared memory holding its own tokens' rows only (SPAN); else null.
+  const Kernel* gemv1_span = nullptr;
+  const Kernel* gemv2_span = nullptr;
+  const Kernel* gemv2_many_span = nullptr;
+  void bind_decode_gemv(const Module& gemv);  // the six above from the decode GEMV's module
   unsigned gemm1_threads = 0, gemm1_smem = 0, gemm2_threads = 0, gemm2_smem = 0, elementwise_threads = 0;
   // Output columns per CTA and k per tile (block) of each GEMM, as its kernel spec says.
   int gemm1_block_n = 0, gemm1_block_k = 0, gemm2_block_n = 0, gemm2_block_k = 0;

@@ -57,8 +57,9 @@ struct MoeDecodeArgs {
   long long ldo;
   int weight_on_input;  // router weight scales GEMM1's product (before bias) instead of GEMM2's result
   float alpha, limit;   // swigluoai / swiglustep
-  // fp8_block: the token rows each kernel's dynamic shared memory holds (moe_decode_cta_token_span of
-  // its grid): a CTA keeps only its own tokens' quantized rows, the first of them at row 0.
+  // fp8_block, the SPAN kernels: the token rows each kernel's dynamic shared memory holds
+  // (moe_decode_cta_token_span of its grid): a CTA keeps only its own tokens' quantized rows, the
+  // first of them at row 0.
   int gemv1_smem_tokens, gemv2_smem_tokens;
 };
 
@@ -144,16 +145,29 @@ MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv1_smem(int quant, int toke
 MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv2_smem(int quant, int tokens, int top_k, int inter) {
   return moe_decode_quant_smem(quant, static_cast<long long>(tokens) * top_k, inter);
 }
-// Whether a forward of `tokens` fits: the largest span any grid of at least kMoeDecodeMinGrid CTAs
-// (or one per item) gives its CTAs, in at most kMoeDecodeMaxSmemBytes.
+// Whether a layer's GEMV module carries the SPAN kernels (each CTA's shared memory holding only its
+// own tokens' rows): fp8_block layers whose rows for kMoeDecodeMaxTokens tokens pass
+// kMoeDecodeSpanSmemBytes (three CTAs of an SM could not hold them). Elsewhere every token's rows
+// fit: the kernels without SPAN keep their code (with SPAN, the first token's offset held in a
+// register cost DeepSeek-V3 TP8 M = 1 .. 4 1-3% on an H100, forty-sixth session).
+inline constexpr long long kMoeDecodeSpanSmemBytes = 64 * 1024;
+MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv_span_wanted(int quant, int top_k, int hidden, int inter) {
+  return quant == kQuantFp8Block && (moe_decode_gemv1_smem(quant, kMoeDecodeMaxTokens, hidden) > kMoeDecodeSpanSmemBytes ||
+                                     moe_decode_gemv2_smem(quant, kMoeDecodeMaxTokens, top_k, inter) > kMoeDecodeSpanSmemBytes);
+}
+// Whether a forward of `tokens` fits: every token's rows, or (SPAN kernels) the largest span any grid
+// of at least kMoeDecodeMinGrid CTAs (or one per item) gives its CTAs, in at most kMoeDecodeMaxSmemBytes.
 MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv_fits(int quant, int tokens, int top_k, int hidden, int inter) {
   const long long items1 = moe_decode_gemv1_items(tokens, top_k, inter), items2 = moe_decode_gemv2_items(tokens, hidden);
   const int span1 = moe_decode_cta_token_span(items1, static_cast<long long>(top_k) * inter,
                                               items1 < kMoeDecodeMinGrid ? items1 : kMoeDecodeMinGrid, tokens);
   const int span2 = moe_decode_cta_token_span(items2, hidden, items2 < kMoeDecodeMinGrid ? items2 : kMoeDecodeMinGrid,
                                               tokens);
-  return moe_decode_gemv1_smem(quant, span1, hidden) <= kMoeDecodeMaxSmemBytes &&
-         moe_decode_gemv2_smem(quant, span2, top_k, inter) <= kMoeDecodeMaxSmemBytes;
+  const bool all = moe_decode_gemv1_smem(quant, tokens, hidden) <= kMoeDecodeMaxSmemBytes &&
+                   moe_decode_gemv2_smem(quant, tokens, top_k, inter) <= kMoeDecodeMaxSmemBytes;
+  return all || (moe_decode_gemv_span_wanted(quant, top_k, hidden, inter) &&
+                 moe_decode_gemv1_smem(quant, span1, hidden) <= kMoeDecodeMaxSmemBytes &&
+                 moe_decode_gemv2_smem(quant, span2, top_k, inter) <= kMoeDecodeMaxSmemBytes);
 }
 
 }  // namespace moejit

@@ -190,9 +190,6 @@ struct Picks {
   int global[kMoeDecodeMaxTokens * 32];
   float weight[kMoeDecodeMaxTokens * 32];
   int flags;
-  // fp8: the CTA's first token, row 0 of its quantized activations. Read from here per batch: held
-  // in a register across the item loop it cost the 80-register kernels 1-3% at M = 1 .. 4.
-  int first_token;
 };
 
 // Warp t < num_tokens routes token t (after route_begin; the caller's barrier publishes the picks).
@@ -298,7 +295,7 @@ __device__ inline float split_total(const float (&red)[kWarps][G], unsigned j, i
 }  // namespace moe_decode_detail
 
 template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
-          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
+          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE, bool SPAN = false>
 __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
   constexpr bool GATED = activation_is_gated(ACT);
@@ -320,11 +317,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   static_assert(W::G * SPLIT <= kThreads, "a thread per item of a batch");
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G * R];
-  // fp8: this CTA's tokens' x quantized, as f16 [gemv1_smem_tokens][HIDDEN] (its first token at row 0),
-  // then their scales [gemv1_smem_tokens][GROUPS].
+  // fp8: x quantized, as f16 [rows][HIDDEN], then scales [rows][GROUPS]: a row for every token, at
+  // its token's place, or (SPAN) gemv1_smem_tokens rows, this CTA's own tokens' from row 0.
   extern __shared__ uint4 dynamic_smem[];
   unsigned short* xq = reinterpret_cast<unsigned short*>(dynamic_smem);
-  const float* xs = reinterpret_cast<const float*>(xq + a.gemv1_smem_tokens * HIDDEN);
+  const float* xs = reinterpret_cast<const float*>(xq + (SPAN ? a.gemv1_smem_tokens : a.num_tokens) * HIDDEN);
+  int x_first = 0;  // SPAN: the token at row 0 of xq / xs (0 otherwise: the same code as before SPAN)
   // fp8 with x quantized by the host (a.xq): the routing reads only what was written before that
   // quantization's kernel started (it followed everything before it), so it runs before the wait.
   // Otherwise warps 0 .. num_tokens - 1 route a token each after the wait while the others quantize
@@ -339,13 +337,13 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
   pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
   if (!prequantized) route_tokens();
   if constexpr (FP8) {
-    // The x rows of this CTA's tokens alone (cta_tokens: at most gemv1_smem_tokens), from row 0.
+    // The x rows of this CTA's tokens alone (cta_tokens; SPAN: at most gemv1_smem_tokens).
     int begin, end, first, rows;
     cta_items(static_cast<long long>(a.num_tokens) * TOPK * INTER, begin, end);
     cta_tokens(begin, end, TOPK * INTER, first, rows);
-    if (threadIdx.x == 0) picks.first_token = first;  // published by the barrier below
-    unsigned short* q = xq;
-    float* qs = const_cast<float*>(xs);
+    if constexpr (SPAN) x_first = first;
+    unsigned short* q = xq + (first - x_first) * HIDDEN;
+    float* qs = const_cast<float*>(xs) + (first - x_first) * GROUPS;
     if (prequantized) {
       load_quantized_rows<HIDDEN>(a.xq + static_cast<long long>(first) * HIDDEN, a.xq_scale + first * GROUPS, rows, q, qs);
     } else {
@@ -369,7 +367,6 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
     // thread's are items g * SPLIT + sub.
     const int token = base / (TOPK * INTER);
     count = min(W::G * SPLIT, min(end, (token + 1) * TOPK * INTER) - base);
-    const int x_row = FP8 ? token - picks.first_token : 0;  // the token's row in xq / xs
     const unsigned char* row[W::G][R];
     const float* row_scale[W::G][R];  // fp8: the weight rows' block scales (one per 128 k)
     bool live[W::G];
@@ -404,7 +401,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
 #pragma unroll
         for (int h = 0; h < X; ++h)
           if constexpr (FP8)
-            xv[c][h] = in_row ? reinterpret_cast<const uint4*>(xq + x_row * HIDDEN + p * EPC)[h] : make_uint4(0, 0, 0, 0);
+            xv[c][h] = in_row ? reinterpret_cast<const uint4*>(xq + (token - x_first) * HIDDEN + p * EPC)[h]
+                              : make_uint4(0, 0, 0, 0);
           else
             xv[c][h] = in_row ? __ldg(reinterpret_cast<const uint4*>(x + token * a.ldx) + p) : make_uint4(0, 0, 0, 0);
 #pragma unroll
@@ -413,7 +411,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
           for (int r = 0; r < R; ++r) {
             const bool ok = live[g] && in_row;
             wv[g][r][c] = ok ? load_stream(row[g][r] + p * 16) : make_uint4(0, 0, 0, 0);
-            if constexpr (FP8) sc[g][r][c] = ok ? row_scale[g][r][group] * xs[x_row * GROUPS + group] : 0.f;
+            if constexpr (FP8) sc[g][r][c] = ok ? row_scale[g][r][group] * xs[(token - x_first) * GROUPS + group] : 0.f;
           }
       }
 #pragma unroll
@@ -461,7 +459,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_gemv1_kernel(
 // items a CTA): M = 4 / 6 71.7-72.4 / 104.0-104.5 -> 70.1-70.2 / 100.6-100.8 us, but M = 1 / 2
 // 25.4-25.7 / 41.2-41.4 -> 27.2-27.5 / 42.2-42.6 (H100, thirty-fifth session).
 template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
-          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE, int SPLIT_BATCH>
+          int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE, int SPLIT_BATCH,
+          bool SPAN = false>
 __global__ void __launch_bounds__(kMoeDecodeThreads,
                                       moe_decode_detail::gemv2_min_ctas(
                                           moe_decode_detail::step_vec(moe_decode_gemv2_vec(QUANT, TOPK, INTER)),
@@ -480,11 +479,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   using W = Walk<step_vec(VEC), 1, X, gemv2_budget(step_vec(VEC), X), (SPLIT > 1 ? SPLIT_BATCH : 8)>;
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][W::G];
-  // fp8: this CTA's tokens' intermediate rows quantized, as f16 [gemv2_smem_tokens * TOPK][INTER] (its
-  // first token's at row 0), then their scales.
+  // fp8: the intermediate quantized, as f16 [rows * TOPK][INTER], then scales: rows for every token,
+  // at its token's place, or (SPAN) for gemv2_smem_tokens tokens, this CTA's own from row 0.
   extern __shared__ uint4 dynamic_smem[];
   unsigned short* iq = reinterpret_cast<unsigned short*>(dynamic_smem);
-  const float* is = reinterpret_cast<const float*>(iq + a.gemv2_smem_tokens * TOPK * INTER);
+  const float* is = reinterpret_cast<const float*>(iq + (SPAN ? a.gemv2_smem_tokens : a.num_tokens) * TOPK * INTER);
+  int i_first = 0;  // SPAN: the token at row 0 of iq / is (0 otherwise)
   // The picks need only the logits (or given ids), written before gemv1 started: route first, then
   // wait for gemv1's intermediate.
   route<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
@@ -506,12 +506,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
   pdl::wait();
   const unsigned short* inter = static_cast<const unsigned short*>(a.inter);
   if constexpr (FP8) {  // dropped slots' rows are never read below
-    // The intermediate rows of this CTA's tokens alone (cta_tokens: at most gemv2_smem_tokens), from row 0.
+    // The intermediate rows of this CTA's tokens alone (cta_tokens; SPAN: at most gemv2_smem_tokens).
     int first, tokens;
     cta_tokens(begin, end, HIDDEN, first, tokens);
-    if (threadIdx.x == 0) picks.first_token = first;  // published by the barrier below
-    quantize_rows<DTYPE>(inter + static_cast<long long>(first) * TOPK * INTER, INTER, tokens * TOPK, INTER, iq,
-                         const_cast<float*>(is));
+    if constexpr (SPAN) i_first = first;
+    quantize_rows<DTYPE>(inter + static_cast<long long>(first) * TOPK * INTER, INTER, tokens * TOPK, INTER,
+                         iq + (first - i_first) * TOPK * INTER, const_cast<float*>(is) + (first - i_first) * TOPK * GROUPS);
     __syncthreads();
   }
   const int sub = split_sub<VEC>();
@@ -520,7 +520,6 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
     // This batch: up to G * SPLIT output columns of one token (they share the intermediate chunks).
     const int t = base / HIDDEN;
     count = min(W::G * SPLIT, min(end, (t + 1) * HIDDEN) - base);
-    const int i_row = FP8 ? t - picks.first_token : 0;  // the token's first row in iq / is
     float acc[W::G];
 #pragma unroll
     for (int g = 0; g < W::G; ++g) acc[g] = 0.f;
@@ -539,12 +538,12 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
 #pragma unroll
         for (int h = 0; h < X; ++h)
           if constexpr (FP8)
-            iv[c][h] = e >= 0 ? reinterpret_cast<const uint4*>(iq + i_row * TOPK * INTER + p * EPC)[h]
+            iv[c][h] = e >= 0 ? reinterpret_cast<const uint4*>(iq + static_cast<long long>(t - i_first) * TOPK * INTER + p * EPC)[h]
                               : make_uint4(0, 0, 0, 0);
           else
             iv[c][h] = e >= 0 ? *reinterpret_cast<const uint4*>(inter + static_cast<long long>(t) * TOPK * INTER + p * 8)
                               : make_uint4(0, 0, 0, 0);
-        const float act_scale = FP8 && e >= 0 ? is[(i_row * TOPK + k) * GROUPS + group] : 1.f;
+        const float act_scale = FP8 && e >= 0 ? is[((t - i_first) * TOPK + k) * GROUPS + group] : 1.f;
 #pragma unroll
         for (int g = 0; g < W::G; ++g) {
           const int j = g * SPLIT + sub;  // the item's place in the batch

@@ -419,6 +419,11 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   CHECK(decode_gemv_max_tokens(fp8) == kMoeDecodeMaxTokens);
   fp8.hidden = 32768;  // 65 KiB per token: one token alone (from two on, a CTA may span two)
   CHECK(decode_gemv_max_tokens(fp8) == 1);
+  // Only layers whose rows for 8 tokens could not sit three CTAs an SM carry the SPAN kernels.
+  CHECK(moe_decode_gemv_span_wanted(kQuantFp8Block, 8, 7168, 256));   // DeepSeek-V3 TP8: x rows 14 KB a token
+  CHECK(moe_decode_gemv_span_wanted(kQuantFp8Block, 8, 256, 2048));   // gemv2: 33 KB a token
+  CHECK_FALSE(moe_decode_gemv_span_wanted(kQuantFp8Block, 8, 2048, 128));
+  CHECK_FALSE(moe_decode_gemv_span_wanted(kQuantNone, 8, 7168, 256));  // 16-bit weights: no shared rows
   // The span bound holds for every CTA of every grid (the kernels' own split of the items).
   for (int tokens = 1; tokens <= kMoeDecodeMaxTokens; ++tokens)
     for (long long per_token : {1LL, 7LL, 128LL, 2048LL, 7168LL})

@@ -166,6 +166,13 @@ std::vector<MoeCase> moe_decode_gemv_cases() {
   oai1024.has_bias = true;
   add(oai1024);
   add(small_layer(32, 8, 2048, 128, kActSiluMul, kDTypeBF16, kQuantFp8Block));
+  // The SPAN kernels (each CTA's shared memory holding its own tokens' rows): DeepSeek-V3's K = 7168
+  // x rows (8 tokens: 116 KB) in gemv1 from 5 tokens on, and 8 x 2048 intermediate rows (33 KB a
+  // token) in gemv2 from 3 tokens on (gemv2_span below kMoeDecodeManyTokens, gemv2_many_span above).
+  MoeSpec wide_x = small_layer(16, 8, 7168, 256, kActSiluMul, kDTypeBF16, kQuantFp8Block);
+  deepseek_v3_routing(wide_x);
+  add(wide_x);
+  add(small_layer(16, 8, 256, 2048, kActSiluMul, kDTypeF16, kQuantFp8Block));
   return out;
 }
 
