@@ -93,51 +93,53 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   a.weight_on_input = spec_.router_weight_on_input ? 1 : 0;
   a.alpha = spec_.swiglu_alpha;
   a.limit = spec_.swiglu_limit;
-  // One wave each; every CTA takes an even share of the items (at least one). fp8_block: a CTA's
-  // shared memory holds every token's quantized rows, or (the SPAN kernels, where the module has
-  // them) its own tokens' only (moe_decode_cta_token_span of the grid, which is then at least
-  // kMoeDecodeMinGrid CTAs), so that more CTAs fit an SM: SPAN where it fits more of them (or where
-  // every token's rows do not fit at all), the first of its CTA counts, from the most, whose span fits.
+  // One wave each; every CTA takes an even share of the items (at least one). fp8_block: SPAN or
+  // every token's rows in shared memory (plan_decode_gemv_launch).
   const DeviceInfo& device = runtime_.device().info();
-  struct Launch {
-    const Kernel* kernel;
-    unsigned grid, smem;
-    int tokens, ctas;  // token rows the smem holds; CTAs an SM
-  };
-  const long long sms = device.sm_count;
   auto plan = [&](const Kernel& whole, const Kernel* span, long long items, long long per_token, auto smem_of) {
-    const auto all_smem = smem_of(m);
-    const int all_ctas = all_smem <= kMoeDecodeMaxSmemBytes
-                             ? resident_ctas_per_sm(whole, kMoeDecodeThreads, static_cast<unsigned>(all_smem), device)
-                             : 0;
-    Launch all{&whole, static_cast<unsigned>(std::clamp<long long>(items, 1, sms * std::max(all_ctas, 1))),
-               static_cast<unsigned>(all_smem), m, all_ctas};
-    if (span == nullptr || m == 1) return all;
-    const int most = std::max(1, resident_ctas_per_sm(*span, kMoeDecodeThreads, static_cast<unsigned>(smem_of(1)), device));
-    for (int ctas = most; ctas > all_ctas; --ctas) {
-      const long long grid = std::clamp<long long>(items, 1, std::max(sms * ctas, kMoeDecodeMinGrid));
-      const int tokens = moe_decode_cta_token_span(items, per_token, grid, m);
-      const auto smem = smem_of(tokens);
-      if (smem <= kMoeDecodeMaxSmemBytes &&
-          (ctas == 1 || resident_ctas_per_sm(*span, kMoeDecodeThreads, static_cast<unsigned>(smem), device) >= ctas))
-        return Launch{span, static_cast<unsigned>(grid), static_cast<unsigned>(smem), tokens, ctas};
-    }
-    return all;
+    const DecodeGemvLaunch l = plan_decode_gemv_launch(
+        m, items, per_token, device.sm_count, smem_of,
+        [&](bool s, unsigned smem) { return resident_ctas_per_sm(s ? *span : whole, kMoeDecodeThreads, smem, device); },
+        span != nullptr);
+    return std::pair(l.span ? span : &whole, l);
   };
   const bool many = m >= kMoeDecodeManyTokens;
-  const Launch l1 = plan(*k.gemv1, k.gemv1_span, moe_decode_gemv1_items(m, spec_.top_k, spec_.intermediate),
-                         static_cast<long long>(spec_.top_k) * spec_.intermediate,
-                         [&](int tokens) { return moe_decode_gemv1_smem(spec_.quant, tokens, spec_.hidden); });
-  const Launch l2 = plan(many ? *k.gemv2_many : *k.gemv2, many ? k.gemv2_many_span : k.gemv2_span,
-                         moe_decode_gemv2_items(m, spec_.hidden), spec_.hidden,
-                         [&](int tokens) { return moe_decode_gemv2_smem(spec_.quant, tokens, spec_.top_k, spec_.intermediate); });
+  const auto [gemv1, l1] = plan(*k.gemv1, k.gemv1_span, moe_decode_gemv1_items(m, spec_.top_k, spec_.intermediate),
+                                static_cast<long long>(spec_.top_k) * spec_.intermediate,
+                                [&](int tokens) { return moe_decode_gemv1_smem(spec_.quant, tokens, spec_.hidden); });
+  const auto [gemv2, l2] =
+      plan(many ? *k.gemv2_many : *k.gemv2, many ? k.gemv2_many_span : k.gemv2_span, moe_decode_gemv2_items(m, spec_.hidden),
+           spec_.hidden, [&](int tokens) { return moe_decode_gemv2_smem(spec_.quant, tokens, spec_.top_k, spec_.intermediate); });
   // decode_gemv_max_tokens bounds m by what fits (moe_decode_gemv_fits); this is its check.
   MOEJIT_REQUIRE(l1.ctas >= 1 && l2.ctas >= 1,
                  "moe: the decode GEMV's shared memory for {} tokens does not fit ({} / {} bytes)", m, l1.smem, l2.smem);
   a.gemv1_smem_tokens = l1.tokens;
   a.gemv2_smem_tokens = l2.tokens;
-  l1.kernel->launch(stream, {l1.grid, 1, 1, kMoeDecodeThreads, 1, 1, l1.smem, x_first && dependent_launch}, a);
-  l2.kernel->launch(stream, {l2.grid, 1, 1, kMoeDecodeThreads, 1, 1, l2.smem, dependent_launch}, a);
+  gemv1->launch(stream, {l1.grid, 1, 1, kMoeDecodeThreads, 1, 1, l1.smem, x_first && dependent_launch}, a);
+  gemv2->launch(stream, {l2.grid, 1, 1, kMoeDecodeThreads, 1, 1, l2.smem, dependent_launch}, a);
+}
+
+DecodeGemvLaunch plan_decode_gemv_launch(int m, long long items, long long per_token, long long sm_count,
+                                         const std::function<long long(int)>& smem_of,
+                                         const std::function<int(bool, unsigned)>& resident, bool has_span) {
+  // Every token's rows (the kernel without SPAN: its code as before SPAN existed).
+  const long long all_smem = smem_of(m);
+  DecodeGemvLaunch all;
+  all.ctas = all_smem <= kMoeDecodeMaxSmemBytes ? resident(false, static_cast<unsigned>(all_smem)) : 0;
+  all.grid = static_cast<unsigned>(std::clamp<long long>(items, 1, sm_count * std::max(all.ctas, 1)));
+  all.smem = static_cast<unsigned>(all_smem);
+  all.tokens = m;
+  if (!has_span || m == 1) return all;
+  // SPAN: the most CTAs an SM first, down to one more than every token's rows allow.
+  const int most = std::max(1, resident(true, static_cast<unsigned>(smem_of(1))));
+  for (int ctas = most; ctas > all.ctas; --ctas) {
+    const long long grid = std::clamp<long long>(items, 1, std::max(sm_count * ctas, kMoeDecodeMinGrid));
+    const int tokens = moe_decode_cta_token_span(items, per_token, grid, m);
+    const long long smem = smem_of(tokens);
+    if (smem <= kMoeDecodeMaxSmemBytes && (ctas == 1 || resident(true, static_cast<unsigned>(smem)) >= ctas))
+      return {true, static_cast<unsigned>(grid), static_cast<unsigned>(smem), tokens, ctas};
+  }
+  return all;
 }
 
 }  // namespace moejit

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -98,5 +99,19 @@ int resident_ctas_per_sm(const Kernel& kernel, unsigned threads, unsigned dynami
 // The same from a compile's resource report (no driver needed; shared_per_sm 0: not bounded by it).
 int resident_ctas_per_sm(int registers, int static_shared_bytes, unsigned threads, unsigned dynamic_smem,
                          int shared_per_sm);
+// One decode GEMV kernel's launch (moe_decode_forward.cpp): its grid (one wave, or at least
+// kMoeDecodeMinGrid CTAs with SPAN), dynamic shared memory (fp8_block: `tokens` token rows), whether
+// it is the SPAN entry (each CTA's own tokens' rows) and CTAs an SM; ctas = 0: nothing fits.
+struct DecodeGemvLaunch {
+  bool span = false;
+  unsigned grid = 0, smem = 0;
+  int tokens = 0, ctas = 0;
+};
+// m tokens of `items` items (per_token a token); smem_of(t): the dynamic shared memory of t token
+// rows; resident(span, smem): CTAs an SM of the entry; has_span: the module has the SPAN entry. SPAN
+// where it fits more CTAs an SM than every token's rows (or where those do not fit at all).
+DecodeGemvLaunch plan_decode_gemv_launch(int m, long long items, long long per_token, long long sm_count,
+                                         const std::function<long long(int)>& smem_of,
+                                         const std::function<int(bool, unsigned)>& resident, bool has_span);
 
 }  // namespace moejit

@@ -14,6 +14,7 @@
 #include "runtime/moe_layer.h"
 #include "runtime/moe_layer_parts.h"
 #include "runtime/moe_reference.h"
+#include "templates/moe/moe_decode_args.cuh"
 #include "templates/moe/moe_tile_walk.cuh"
 #include "support/moe_cases.h"
 #include "support/test_support.h"
@@ -142,6 +143,50 @@ TEST_CASE("moe: 64-row persistent GEMM2 tiles keep three CTAs an SM") {
                                  kHopperSharedPerSm) >= 3);
     }
   }
+}
+
+// The decode GEMV's launches (plan_decode_gemv_launch) on an H100's numbers: fp8_block DeepSeek-V3 TP8
+// gemv1 (80 registers, 3344 static bytes: the kernels' report) keeps every token's x rows, the code
+// before SPAN, while they leave three CTAs an SM (M <= 5), and takes SPAN (two token rows a CTA) from
+// M = 6, where every token's rows leave two, and at M = 7 / 8, where they pass 96 KiB.
+TEST_CASE("moe: the decode GEMV takes its SPAN kernels only where they fit more CTAs an SM") {
+  constexpr int kHopperSharedPerSm = 228 * 1024;
+  const MoeSpec spec = small_layer(256, 8, 7168, 256, kActSiluMul, kDTypeBF16, kQuantFp8Block);
+  auto smem_of = [&](int tokens) { return moe_decode_gemv1_smem(spec.quant, tokens, spec.hidden); };
+  auto resident = [&](bool, unsigned smem) {
+    return resident_ctas_per_sm(80, 3344, kMoeDecodeThreads, smem, kHopperSharedPerSm);
+  };
+  for (int m = 1; m <= kMoeDecodeMaxTokens; ++m) {
+    const long long items = moe_decode_gemv1_items(m, spec.top_k, spec.intermediate);
+    const DecodeGemvLaunch l = plan_decode_gemv_launch(m, items, 8 * 256, 132, smem_of, resident, true);
+    INFO("M = " << m << ": span " << l.span << ", grid " << l.grid << ", " << l.smem << " bytes, " << l.ctas
+                << " CTAs an SM");
+    CHECK(l.span == (m >= 6));
+    CHECK(l.ctas == 3);
+    CHECK(l.grid == 396);
+    CHECK(l.tokens == (m >= 6 ? 2 : m));
+    CHECK(l.smem == smem_of(l.tokens));
+    // Without the SPAN entry (a module that has none): every token's rows, two CTAs at M = 6, none
+    // from 7 (decode_gemv_max_tokens never asks that of such a layer).
+    const DecodeGemvLaunch whole = plan_decode_gemv_launch(m, items, 8 * 256, 132, smem_of, resident, false);
+    CHECK_FALSE(whole.span);
+    CHECK(whole.ctas == (m <= 5 ? 3 : m == 6 ? 2 : 0));
+  }
+  // 16-bit weights: no shared memory, every CTA count the registers allow, never SPAN.
+  auto none = [](int) { return 0LL; };
+  const DecodeGemvLaunch b16 = plan_decode_gemv_launch(8, 8 * 2048, 2048, 132, none, resident, false);
+  CHECK_FALSE(b16.span);
+  CHECK(b16.grid == 396);
+  // A GPU of 4 SMs: a SPAN grid of kMoeDecodeMinGrid CTAs (more than the 12 it holds at once), so
+  // that a CTA spans no more tokens than decode_gemv_max_tokens assumed (K = 16384: 32.5 KiB a token).
+  const MoeSpec wide = small_layer(16, 8, 16384, 256, kActSiluMul, kDTypeBF16, kQuantFp8Block);
+  REQUIRE(decode_gemv_max_tokens(wide) == kMoeDecodeMaxTokens);
+  auto wide_smem = [&](int tokens) { return moe_decode_gemv1_smem(wide.quant, tokens, wide.hidden); };
+  const DecodeGemvLaunch small_gpu = plan_decode_gemv_launch(8, 8 * 2048, 2048, 4, wide_smem, resident, true);
+  CHECK(small_gpu.span);
+  CHECK(small_gpu.grid == kMoeDecodeMinGrid);
+  CHECK(small_gpu.tokens == 2);
+  CHECK(small_gpu.smem <= kMoeDecodeMaxSmemBytes);
 }
 
 // The swap-AB decode pair's per-tile handover (swap_ab_tile_handover): by default where GEMM1 runs
