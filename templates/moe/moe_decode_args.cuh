@@ -119,7 +119,7 @@ MOEJIT_HOST_DEVICE constexpr void moe_decode_cta_tokens(int begin, int end, int 
 // A CTA quantizes only the tokens its items span (moe_decode_cta_items / moe_decode_cta_tokens), so
 // its shared memory holds at most this many token rows: items / grid items (rounded up) touch at
 // most (that - 1) / per_token + 2 tokens. Sized for every token instead, DeepSeek-V3-wide x rows
-// (14 KB a token) held gemv1 to two CTAs an SM from five tokens on and out of seven and eight.
+// (14 KB a token) held gemv1 to two CTAs an SM at six tokens and out of seven and eight.
 MOEJIT_HOST_DEVICE constexpr int moe_decode_cta_token_span(long long items, long long per_token, long long grid,
                                                           int tokens) {
   const long long most = (items + grid - 1) / grid;
@@ -127,7 +127,8 @@ MOEJIT_HOST_DEVICE constexpr int moe_decode_cta_token_span(long long items, long
   return span < tokens ? static_cast<int>(span) : tokens;
 }
 // The host launches at least this many CTAs of each kernel (more than one wave on a smaller GPU), so
-// that moe_decode_gemv_max_tokens can bound every CTA's token span without knowing the device.
+// that moe_decode_gemv_fits (decode_gemv_max_tokens) bounds every CTA's token span without knowing
+// the device.
 inline constexpr long long kMoeDecodeMinGrid = 16;
 MOEJIT_HOST_DEVICE constexpr long long moe_decode_gemv1_items(int tokens, int top_k, int inter) {
   return static_cast<long long>(tokens) * top_k * inter;
