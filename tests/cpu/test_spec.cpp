@@ -66,13 +66,20 @@ TEST_CASE("rendered source: one include, one explicit instantiation per entry, n
                                              {{"top_k", "8"}, {"hidden", "7168"}, {"intermediate", "256"},
                                               {"num_experts", "256"}, {"quant", "fp8_block"}}),
                                    store);
-  REQUIRE(g.entries.size() == 3);
+  // (DeepSeek-V3 TP8 fp8_block: also the SPAN entries, moe_decode_gemv_span_wanted.)
+  REQUIRE(g.entries.size() == 6);
   CHECK(g.entries[1].name == "gemv2");
   CHECK(g.entries[2].name == "gemv2_many");
   CHECK(g.entries[1].name_expression.rfind("moejit::moe_decode_gemv2_kernel<", 0) == 0);
   CHECK(g.entries[1].name_expression.substr(g.entries[1].name_expression.size() - 5) == ", 10>");
   CHECK(g.entries[2].name_expression.substr(g.entries[2].name_expression.size() - 4) == ", 8>");
   CHECK(g.source.find("/*LOGIT_DTYPE=*/moejit::kLogitBF16, 8>") != std::string::npos);
+  CHECK(g.entries[3].name == "gemv1_span");
+  CHECK(g.entries[3].name_expression.substr(g.entries[3].name_expression.size() - 7) == ", true>");
+  CHECK(g.entries[4].name == "gemv2_span");
+  CHECK(g.entries[4].name_expression.substr(g.entries[4].name_expression.size() - 11) == ", 10, true>");
+  CHECK(g.entries[5].name == "gemv2_many_span");
+  CHECK(g.entries[5].name_expression.substr(g.entries[5].name_expression.size() - 10) == ", 8, true>");
   // An entry a spec does not want (EntryPoint::wanted) is not instantiated: without split gemv2
   // items (bf16 8 x 768: 768 chunks an item) gemv2_many would be gemv2's code again.
   RenderedKernel b = render_kernel(make_spec("moe_decode_gemv", "sm_90a",
