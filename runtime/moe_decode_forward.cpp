@@ -96,20 +96,25 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   // One wave each; every CTA takes an even share of the items (at least one). fp8_block: SPAN or
   // every token's rows in shared memory (plan_decode_gemv_launch).
   const DeviceInfo& device = runtime_.device().info();
-  auto plan = [&](const Kernel& whole, const Kernel* span, long long items, long long per_token, auto smem_of) {
-    const DecodeGemvLaunch l = plan_decode_gemv_launch(
-        m, items, per_token, device.sm_count, smem_of,
-        [&](bool s, unsigned smem) { return resident_ctas_per_sm(s ? *span : whole, kMoeDecodeThreads, smem, device); },
-        span != nullptr);
+  auto footprint = [](const Kernel* e) {
+    return e != nullptr ? DecodeGemvFootprint{e->resources().registers, e->resources().static_shared_bytes}
+                        : DecodeGemvFootprint{};
+  };
+  // The rows' shared memory is linear in tokens (moe_decode_quant_smem): one token's, times the span.
+  auto plan = [&](const Kernel& whole, const Kernel* span, long long items, long long per_token, long long smem_per_token) {
+    const DecodeGemvFootprint span_fp = footprint(span);
+    const DecodeGemvLaunch l = plan_decode_gemv_launch(m, items, per_token, smem_per_token, device.sm_count,
+                                                       device.shared_per_sm, footprint(&whole),
+                                                       span != nullptr ? &span_fp : nullptr);
     return std::pair(l.span ? span : &whole, l);
   };
   const bool many = m >= kMoeDecodeManyTokens;
   const auto [gemv1, l1] = plan(*k.gemv1, k.gemv1_span, moe_decode_gemv1_items(m, spec_.top_k, spec_.intermediate),
                                 static_cast<long long>(spec_.top_k) * spec_.intermediate,
-                                [&](int tokens) { return moe_decode_gemv1_smem(spec_.quant, tokens, spec_.hidden); });
+                                moe_decode_gemv1_smem(spec_.quant, 1, spec_.hidden));
   const auto [gemv2, l2] =
       plan(many ? *k.gemv2_many : *k.gemv2, many ? k.gemv2_many_span : k.gemv2_span, moe_decode_gemv2_items(m, spec_.hidden),
-           spec_.hidden, [&](int tokens) { return moe_decode_gemv2_smem(spec_.quant, tokens, spec_.top_k, spec_.intermediate); });
+           spec_.hidden, moe_decode_gemv2_smem(spec_.quant, 1, spec_.top_k, spec_.intermediate));
   // decode_gemv_max_tokens bounds m by what fits (moe_decode_gemv_fits); this is its check.
   MOEJIT_REQUIRE(l1.ctas >= 1 && l2.ctas >= 1,
                  "moe: the decode GEMV's shared memory for {} tokens does not fit ({} / {} bytes)", m, l1.smem, l2.smem);
@@ -119,24 +124,28 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   gemv2->launch(stream, {l2.grid, 1, 1, kMoeDecodeThreads, 1, 1, l2.smem, dependent_launch}, a);
 }
 
-DecodeGemvLaunch plan_decode_gemv_launch(int m, long long items, long long per_token, long long sm_count,
-                                         const std::function<long long(int)>& smem_of,
-                                         const std::function<int(bool, unsigned)>& resident, bool has_span) {
+DecodeGemvLaunch plan_decode_gemv_launch(int m, long long items, long long per_token, long long smem_per_token,
+                                         long long sm_count, int shared_per_sm, DecodeGemvFootprint whole,
+                                         const DecodeGemvFootprint* span) {
+  auto resident = [&](const DecodeGemvFootprint& e, long long smem) {
+    return resident_ctas_per_sm(e.registers, e.static_shared_bytes, kMoeDecodeThreads, static_cast<unsigned>(smem),
+                                shared_per_sm);
+  };
   // Every token's rows (the kernel without SPAN: its code as before SPAN existed).
-  const long long all_smem = smem_of(m);
+  const long long all_smem = smem_per_token * m;
   DecodeGemvLaunch all;
-  all.ctas = all_smem <= kMoeDecodeMaxSmemBytes ? resident(false, static_cast<unsigned>(all_smem)) : 0;
+  all.ctas = all_smem <= kMoeDecodeMaxSmemBytes ? resident(whole, all_smem) : 0;
   all.grid = static_cast<unsigned>(std::clamp<long long>(items, 1, sm_count * std::max(all.ctas, 1)));
   all.smem = static_cast<unsigned>(all_smem);
   all.tokens = m;
-  if (!has_span || m == 1) return all;
+  if (span == nullptr || m == 1) return all;
   // SPAN: the most CTAs an SM first, down to one more than every token's rows allow.
-  const int most = std::max(1, resident(true, static_cast<unsigned>(smem_of(1))));
+  const int most = std::max(1, resident(*span, smem_per_token));
   for (int ctas = most; ctas > all.ctas; --ctas) {
     const long long grid = std::clamp<long long>(items, 1, std::max(sm_count * ctas, kMoeDecodeMinGrid));
     const int tokens = moe_decode_cta_token_span(items, per_token, grid, m);
-    const long long smem = smem_of(tokens);
-    if (smem <= kMoeDecodeMaxSmemBytes && (ctas == 1 || resident(true, static_cast<unsigned>(smem)) >= ctas))
+    const long long smem = smem_per_token * tokens;
+    if (smem <= kMoeDecodeMaxSmemBytes && (ctas == 1 || resident(*span, smem) >= ctas))
       return {true, static_cast<unsigned>(grid), static_cast<unsigned>(smem), tokens, ctas};
   }
   return all;

@@ -153,12 +153,10 @@ TEST_CASE("moe: the decode GEMV takes its SPAN kernels only where they fit more 
   constexpr int kHopperSharedPerSm = 228 * 1024;
   const MoeSpec spec = small_layer(256, 8, 7168, 256, kActSiluMul, kDTypeBF16, kQuantFp8Block);
   auto smem_of = [&](int tokens) { return moe_decode_gemv1_smem(spec.quant, tokens, spec.hidden); };
-  auto resident = [&](bool, unsigned smem) {
-    return resident_ctas_per_sm(80, 3344, kMoeDecodeThreads, smem, kHopperSharedPerSm);
-  };
+  const DecodeGemvFootprint gemv1{80, 3344};
   for (int m = 1; m <= kMoeDecodeMaxTokens; ++m) {
     const long long items = moe_decode_gemv1_items(m, spec.top_k, spec.intermediate);
-    const DecodeGemvLaunch l = plan_decode_gemv_launch(m, items, 8 * 256, 132, smem_of, resident, true);
+    const DecodeGemvLaunch l = plan_decode_gemv_launch(m, items, 8 * 256, smem_of(1), 132, kHopperSharedPerSm, gemv1, &gemv1);
     INFO("M = " << m << ": span " << l.span << ", grid " << l.grid << ", " << l.smem << " bytes, " << l.ctas
                 << " CTAs an SM");
     CHECK(l.span == (m >= 6));
@@ -166,23 +164,26 @@ TEST_CASE("moe: the decode GEMV takes its SPAN kernels only where they fit more 
     CHECK(l.grid == 396);
     CHECK(l.tokens == (m >= 6 ? 2 : m));
     CHECK(l.smem == smem_of(l.tokens));
+    // The forward passes one token's bytes: the rows' shared memory must be linear in tokens.
+    CHECK(smem_of(m) == m * smem_of(1));
+    CHECK(moe_decode_gemv2_smem(spec.quant, m, spec.top_k, spec.intermediate) ==
+          m * moe_decode_gemv2_smem(spec.quant, 1, spec.top_k, spec.intermediate));
     // Without the SPAN entry (a module that has none): every token's rows, two CTAs at M = 6, none
     // from 7 (decode_gemv_max_tokens never asks that of such a layer).
-    const DecodeGemvLaunch whole = plan_decode_gemv_launch(m, items, 8 * 256, 132, smem_of, resident, false);
+    const DecodeGemvLaunch whole = plan_decode_gemv_launch(m, items, 8 * 256, smem_of(1), 132, kHopperSharedPerSm, gemv1, nullptr);
     CHECK_FALSE(whole.span);
     CHECK(whole.ctas == (m <= 5 ? 3 : m == 6 ? 2 : 0));
   }
   // 16-bit weights: no shared memory, every CTA count the registers allow, never SPAN.
-  auto none = [](int) { return 0LL; };
-  const DecodeGemvLaunch b16 = plan_decode_gemv_launch(8, 8 * 2048, 2048, 132, none, resident, false);
+  const DecodeGemvLaunch b16 = plan_decode_gemv_launch(8, 8 * 2048, 2048, 0, 132, kHopperSharedPerSm, gemv1, nullptr);
   CHECK_FALSE(b16.span);
   CHECK(b16.grid == 396);
   // A GPU of 4 SMs: a SPAN grid of kMoeDecodeMinGrid CTAs (more than the 12 it holds at once), so
   // that a CTA spans no more tokens than decode_gemv_max_tokens assumed (K = 16384: 32.5 KiB a token).
   const MoeSpec wide = small_layer(16, 8, 16384, 256, kActSiluMul, kDTypeBF16, kQuantFp8Block);
   REQUIRE(decode_gemv_max_tokens(wide) == kMoeDecodeMaxTokens);
-  auto wide_smem = [&](int tokens) { return moe_decode_gemv1_smem(wide.quant, tokens, wide.hidden); };
-  const DecodeGemvLaunch small_gpu = plan_decode_gemv_launch(8, 8 * 2048, 2048, 4, wide_smem, resident, true);
+  const DecodeGemvLaunch small_gpu = plan_decode_gemv_launch(
+      8, 8 * 2048, 2048, moe_decode_gemv1_smem(wide.quant, 1, wide.hidden), 4, kHopperSharedPerSm, gemv1, &gemv1);
   CHECK(small_gpu.span);
   CHECK(small_gpu.grid == kMoeDecodeMinGrid);
   CHECK(small_gpu.tokens == 2);
