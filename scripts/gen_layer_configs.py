@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes N random MoE model configs (Hugging Face config.json style) for `moejit demo --model`.
 
-Usage: scripts/gen_layer_configs.py SEED N OUT_DIR
+Usage: scripts/gen_layer_configs.py SEED N OUT_DIR [MAX_HIDDEN] [FORMATS]
+MAX_HIDDEN (default 3072) bounds the hidden size K: e.g. 8192 reaches DeepSeek-V3-wide rows (the fp8_block
+decode GEMV's SPAN kernels from about K = 4096). FORMATS: a comma list of the formats below (default all).
 Formats cycle through MXFP4, GPTQ int4 (group 32/64/128, sym or not), AWQ, 8-bit GPTQ, fp8 block / channel, bf16
 and f16; the routing through the gpt_oss / mixtral / qwen3_moe / deepseek_v2 / deepseek_v3 / olmoe model types; E 2..160,
 top_k 1..10, hidden and intermediate sizes in each format's units. A sweep on the GPU machine:
@@ -10,14 +12,20 @@ top_k 1..10, hidden and intermediate sizes in each format's units. A sweep on th
 import json, random, sys, pathlib
 seed = int(sys.argv[1]); n = int(sys.argv[2]); out = pathlib.Path(sys.argv[3])
 out.mkdir(parents=True, exist_ok=True)
+max_k = int(sys.argv[4]) if len(sys.argv) > 4 else 3072
 rng = random.Random(seed)
 fmts = ["mxfp4", "gptq4", "awq", "gptq8", "fp8_block", "fp8_chan", "bf16", "f16"]
+if len(sys.argv) > 5:
+    wanted = sys.argv[5].split(",")
+    unknown = [f for f in wanted if f not in fmts]
+    if unknown: sys.exit(f"unknown formats {unknown}; known: {fmts}")
+    fmts = wanted
 for i in range(n):
     f = fmts[i % len(fmts)]
     E = rng.choice([2, 3, 5, 8, 12, 16, 24, 32, 40, 48, 60, 64, 96, 128, 160])
     top_k = rng.randint(1, min(E, 10))
     unit = {"mxfp4": 64, "gptq4": 128, "awq": 128, "gptq8": 64, "fp8_block": 128, "fp8_chan": 64, "bf16": 32, "f16": 32}[f]
-    K = unit * rng.randint(max(1, 256 // unit), 3072 // unit)
+    K = unit * rng.randint(max(1, 256 // unit), max_k // unit)
     N = unit * rng.randint(max(1, 128 // unit), 1536 // unit)
     q = None
     if f == "mxfp4": q = {"quant_method": "mxfp4"}
