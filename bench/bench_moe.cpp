@@ -88,6 +88,13 @@ void bench_moe(Runtime& rt, const Context& ctx, const std::vector<BenchShape>& s
         config.gemm1 = config.gemm2 = *ctx.swap_ab;
         config.gemv = false;
       }
+      if (ctx.gemv) {
+        const bool runs = decode_gemv_supported(s, rt.device_arch()) && m <= decode_gemv_max_tokens(s);
+        if (*ctx.gemv && runs)
+          config = decode_gemv_config();
+        else if (!*ctx.gemv && config.gemv)
+          config = heuristic_tile_config(s, m, true, rt.device_arch(), false);
+      }
       if (ctx.walk_rows)
         for (GemmTile* t : {&config.gemm1, &config.gemm2})
           if (t->wgmma) t->walk_rows = *ctx.walk_rows;

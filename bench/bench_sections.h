@@ -31,6 +31,10 @@ struct Context {
   // --swap-ab WNxWKxS: decode batches (<= 32 rows per expert) run both GEMMs on these swap-AB tiles
   // instead of the layer's own choice (A/B against the tuned or heuristic configs).
   std::optional<GemmTile> swap_ab;
+  // --gemv on|off: batches the layer's decode GEMV takes (decode_gemv_supported, at most
+  // decode_gemv_max_tokens) run on it (on), or never (off: the heuristic's tiles without it, where the
+  // layer's own choice was the GEMV); A/B of the DB's or heuristic's GEMV buckets without a user DB.
+  std::optional<bool> gemv;
   // --block-m N: with --swap-ab, the tiles' tokens (routing block_m) instead of the rows per expert
   // rounded up to 8 / 16 / 32; wgmma tiles take up to 64 rows per expert.
   std::optional<int> block_m;

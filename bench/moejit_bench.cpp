@@ -98,7 +98,11 @@ int main(int argc, char** argv) {
       else if (arg == "--quant") quant = value();
       else if (arg == "--shapes") shape_filter = value();
       else if (arg == "--swap-ab") ctx.swap_ab = parse_swap_ab(value());
-      else if (arg == "--block-m") ctx.block_m = static_cast<int>(parse_int(value(), "--block-m"));
+      else if (arg == "--gemv") {
+        const std::string v = value();
+        MOEJIT_REQUIRE(v == "on" || v == "off", "--gemv takes on or off, not {}", v);
+        ctx.gemv = v == "on";
+      } else if (arg == "--block-m") ctx.block_m = static_cast<int>(parse_int(value(), "--block-m"));
       else if (arg == "--walk-rows") ctx.walk_rows = static_cast<int>(parse_int(value(), "--walk-rows"));
       else if (arg == "--pingpong") ctx.pingpong = true;
       else if (arg == "--multicast") ctx.multicast = true;
@@ -111,7 +115,7 @@ int main(int argc, char** argv) {
       } else if (arg == "--help") {
         fmt::print("usage: moejit_bench [--model config.json] [--tokens 1,16,...] [--reps N] [--json out.json] "
                    "[--only routing|moe] [--quant none|int8_channel|int4_group|mxfp4|mxfp4_packed|fp8_block|fp8_channel|fp8_tensor] "
-                   "[--shapes name,name] [--swap-ab WNxWKxS|wgWNxS] [--block-m N] [--walk-rows N] [--pingpong] [--multicast] "
+                   "[--shapes name,name] [--swap-ab WNxWKxS|wgWNxS] [--gemv on|off] [--block-m N] [--walk-rows N] [--pingpong] [--multicast] "
                    "[--pregather] [--gemm2-split N] [--balanced]\n");
         return 0;
       } else {
@@ -120,6 +124,7 @@ int main(int argc, char** argv) {
     }
     MOEJIT_REQUIRE(only.empty() || only == "routing" || only == "moe", "--only takes routing or moe, not {}", only);
     MOEJIT_REQUIRE(!ctx.token_counts.empty(), "--tokens needs at least one count");
+    MOEJIT_REQUIRE(!ctx.gemv || !ctx.swap_ab, "--gemv and --swap-ab both choose the decode tiles: give one");
     MOEJIT_REQUIRE(!ctx.block_m || ctx.swap_ab, "--block-m sets the tokens of the --swap-ab tiles: give --swap-ab too");
     if (!shape_filter.empty()) {
       std::vector<BenchShape> kept;
