@@ -1,6 +1,7 @@
 // moejit inspect: what a kernel spec renders and compiles to, without a GPU.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -94,14 +95,17 @@ void print_resources(const CompiledKernel& k) {
   fmt::print("cache key:  {} ({})\n", k.key, k.cache_hit ? "cache hit" : "compiled now");
   fmt::print("compile:    {:.3f} s   cubin {} bytes   ptx {} bytes\n", k.compile_seconds, k.entry->cubin.size(),
              k.entry->ptx.size());
-  fmt::print("{:<10} {:>9} {:>10} {:>12} {:>11} {:>9} {:>8}  {}\n", "entry", "registers", "stack B", "spill st/ld B",
-             "static smem", "barriers", "", "lowered name");
+  // The entry column as wide as the longest entry name (gemv2_many_span: 15).
+  std::size_t width = 10;
+  for (const auto& e : k.entries) width = std::max(width, e.name.size());
+  fmt::print("{:<{}} {:>9} {:>10} {:>12} {:>11} {:>9} {:>8}  {}\n", "entry", width, "registers", "stack B",
+             "spill st/ld B", "static smem", "barriers", "", "lowered name");
   for (const auto& e : k.entries) {
     const auto& r = e.resources;
     // -1: ptxas' report did not reach the NVRTC log (seen on the GPU machine); the driver's report
     // (Kernel::resources) is authoritative there.
     const std::string regs = r.registers < 0 ? "n/a" : std::to_string(r.registers);
-    fmt::print("{:<10} {:>9} {:>10} {:>6}/{:<6} {:>11} {:>9} {:>8}  {}\n", e.name, regs, r.stack_bytes,
+    fmt::print("{:<{}} {:>9} {:>10} {:>6}/{:<6} {:>11} {:>9} {:>8}  {}\n", e.name, width, regs, r.stack_bytes,
                r.spill_store_bytes, r.spill_load_bytes, r.static_shared_bytes, r.barriers, "", e.lowered_name);
   }
 }
