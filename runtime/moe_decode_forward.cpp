@@ -96,16 +96,11 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   // One wave each; every CTA takes an even share of the items (at least one). fp8_block: SPAN or
   // every token's rows in shared memory (plan_decode_gemv_launch).
   const DeviceInfo& device = runtime_.device().info();
-  auto footprint = [](const Kernel* e) {
-    return e != nullptr ? DecodeGemvFootprint{e->resources().registers, e->resources().static_shared_bytes}
-                        : DecodeGemvFootprint{};
-  };
   // The rows' shared memory is linear in tokens (moe_decode_quant_smem): one token's, times the span.
   auto plan = [&](const Kernel& whole, const Kernel* span, long long items, long long per_token, long long smem_per_token) {
-    const DecodeGemvFootprint span_fp = footprint(span);
     const DecodeGemvLaunch l = plan_decode_gemv_launch(m, items, per_token, smem_per_token, device.sm_count,
-                                                       device.shared_per_sm, footprint(&whole),
-                                                       span != nullptr ? &span_fp : nullptr);
+                                                       device.shared_per_sm, whole.resources(),
+                                                       span != nullptr ? &span->resources() : nullptr);
     return std::pair(l.span ? span : &whole, l);
   };
   const bool many = m >= kMoeDecodeManyTokens;
@@ -125,9 +120,9 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
 }
 
 DecodeGemvLaunch plan_decode_gemv_launch(int m, long long items, long long per_token, long long smem_per_token,
-                                         long long sm_count, int shared_per_sm, DecodeGemvFootprint whole,
-                                         const DecodeGemvFootprint* span) {
-  auto resident = [&](const DecodeGemvFootprint& e, long long smem) {
+                                         long long sm_count, int shared_per_sm, const KernelResources& whole,
+                                         const KernelResources* span) {
+  auto resident = [&](const KernelResources& e, long long smem) {
     return resident_ctas_per_sm(e.registers, e.static_shared_bytes, kMoeDecodeThreads, static_cast<unsigned>(smem),
                                 shared_per_sm);
   };

@@ -106,18 +106,13 @@ struct DecodeGemvLaunch {
   unsigned grid = 0, smem = 0;
   int tokens = 0, ctas = 0;
 };
-// What the plan needs of one GEMV kernel entry: its registers a thread and static shared memory (the
-// compile's resource report).
-struct DecodeGemvFootprint {
-  int registers = 0, static_shared_bytes = 0;
-};
 // m tokens of `items` items (per_token a token), whose rows take smem_per_token bytes of dynamic
-// shared memory a token (0: 16-bit weights); whole / span: the entries without and with SPAN (span
-// null: the module has none); shared_per_sm: the device's (0: not bounded by it). SPAN where it fits
-// more CTAs an SM than every token's rows (or where those do not fit at all). Plain numbers, no
-// callbacks: it runs on every decode forward.
+// shared memory a token (0: 16-bit weights); whole / span: the resources (registers, static shared
+// memory) of the entries without and with SPAN (span null: the module has none); shared_per_sm: the
+// device's (0: not bounded by it). SPAN where it fits more CTAs an SM than every token's rows (or
+// where those do not fit at all). Plain numbers, no callbacks: it runs on every decode forward.
 DecodeGemvLaunch plan_decode_gemv_launch(int m, long long items, long long per_token, long long smem_per_token,
-                                         long long sm_count, int shared_per_sm, DecodeGemvFootprint whole,
-                                         const DecodeGemvFootprint* span);
+                                         long long sm_count, int shared_per_sm, const KernelResources& whole,
+                                         const KernelResources* span);
 
 }  // namespace moejit

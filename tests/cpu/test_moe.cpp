@@ -153,7 +153,7 @@ TEST_CASE("moe: the decode GEMV takes its SPAN kernels only where they fit more 
   constexpr int kHopperSharedPerSm = 228 * 1024;
   const MoeSpec spec = small_layer(256, 8, 7168, 256, kActSiluMul, kDTypeBF16, kQuantFp8Block);
   auto smem_of = [&](int tokens) { return moe_decode_gemv1_smem(spec.quant, tokens, spec.hidden); };
-  const DecodeGemvFootprint gemv1{80, 3344};
+  const KernelResources gemv1{80, 3344};  // registers, static shared memory
   for (int m = 1; m <= kMoeDecodeMaxTokens; ++m) {
     const long long items = moe_decode_gemv1_items(m, spec.top_k, spec.intermediate);
     const DecodeGemvLaunch l = plan_decode_gemv_launch(m, items, 8 * 256, smem_of(1), 132, kHopperSharedPerSm, gemv1, &gemv1);
