@@ -50,6 +50,10 @@ struct MoeDecodeArgs {
   long long w1_scale_expert_stride, w1_scale_row_stride;
   const float* w2_scale;
   long long w2_scale_expert_stride, w2_scale_row_stride;
+  // MXFP4 (the mx kernels, moe_decode_mx.cuh): e8m0 scales [E_local, rows, inner / 32], one byte
+  // each, with the strides above (in bytes: elements of one byte).
+  const unsigned char* w1_mx_scale;
+  const unsigned char* w2_mx_scale;
   const float* b2;  // [E_local, b2_expert_stride] or null
   long long b2_expert_stride;
   void* inter;  // [num_tokens * TOPK, N] DTYPE, by routed slot (gemv1 writes, gemv2 reads)
@@ -63,8 +67,20 @@ struct MoeDecodeArgs {
   int gemv1_smem_tokens, gemv2_smem_tokens;
 };
 
-// Weights per 16-byte load of the GEMV's rows: e4m3 (fp8_block) or 16-bit.
-MOEJIT_HOST_DEVICE constexpr int moe_decode_chunk_elements(int quant) { return quant == kQuantFp8Block ? 16 : 8; }
+// Weights per 16-byte load of the GEMV's rows: e4m3 (fp8_block), e2m1 (MXFP4: one scale a chunk) or 16-bit.
+MOEJIT_HOST_DEVICE constexpr int moe_decode_chunk_elements(int quant) {
+  return quant == kQuantFp8Block ? 16 : quant_is_mxfp4(quant) ? 32 : 8;
+}
+// MXFP4 layers run the mma kernels of moe_decode_mx.cuh: their items are strips of
+// kMoeDecodeStripRows weight rows (gemv1: half gate, half up rows of gated activations).
+inline constexpr int kMoeDecodeStripRows = 8;
+MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv1_items(int tokens, int top_k, int inter, bool gated) {
+  const int cols = gated ? kMoeDecodeStripRows / 2 : kMoeDecodeStripRows;
+  return static_cast<long long>(tokens) * top_k * ((inter + cols - 1) / cols);
+}
+MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv2_items(int tokens, int hidden) {
+  return static_cast<long long>(tokens) * ((hidden + kMoeDecodeStripRows - 1) / kMoeDecodeStripRows);
+}
 // Items (gemv1: a weight row of K; gemv2: a token's TOPK intermediate rows) of vec 16-byte chunks
 // a step reads side by side: several when one is at most half the CTA, a whole number of warps
 // each (else 1: threads past vec idle).
@@ -79,7 +95,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_decode_gemv2_vec(int quant, int top_k, int 
   return top_k * inter / moe_decode_chunk_elements(quant);
 }
 MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv2_splits(int quant, int top_k, int inter) {
-  return moe_decode_split_items(moe_decode_gemv2_vec(quant, top_k, inter)) > 1;
+  return !quant_is_mxfp4(quant) && moe_decode_split_items(moe_decode_gemv2_vec(quant, top_k, inter)) > 1;
 }
 // The share of a CTA's threads with a chunk to read in its steps over items of vec chunks (the
 // last step of a long row leaves the threads past its end idle; split items leave none).
