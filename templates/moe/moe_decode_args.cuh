@@ -81,6 +81,10 @@ MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv1_items(int tokens, int
 MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv2_items(int tokens, int hidden) {
   return static_cast<long long>(tokens) * ((hidden + kMoeDecodeStripRows - 1) / kMoeDecodeStripRows);
 }
+// Their dynamic shared memory: one token's activations (gemv1: its x row; gemv2: its TOPK
+// intermediate rows), bf16, at any batch size (a CTA reloads it when its items move to the next token).
+MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv1_smem(int hidden) { return 2LL * hidden; }
+MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv2_smem(int top_k, int inter) { return 2LL * top_k * inter; }
 // Items (gemv1: a weight row of K; gemv2: a token's TOPK intermediate rows) of vec 16-byte chunks
 // a step reads side by side: several when one is at most half the CTA, a whole number of warps
 // each (else 1: threads past vec idle).
@@ -175,6 +179,9 @@ MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv_span_wanted(int quant, int top
 // Whether a forward of `tokens` fits: every token's rows, or (SPAN kernels) the largest span any grid
 // of at least kMoeDecodeMinGrid CTAs (or one per item) gives its CTAs, in at most kMoeDecodeMaxSmemBytes.
 MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv_fits(int quant, int tokens, int top_k, int hidden, int inter) {
+  if (quant_is_mxfp4(quant))
+    return tokens >= 1 && tokens <= kMoeDecodeMaxTokens && moe_decode_mx_gemv1_smem(hidden) <= kMoeDecodeMaxSmemBytes &&
+           moe_decode_mx_gemv2_smem(top_k, inter) <= kMoeDecodeMaxSmemBytes;
   const long long items1 = moe_decode_gemv1_items(tokens, top_k, inter), items2 = moe_decode_gemv2_items(tokens, hidden);
   const int span1 = moe_decode_cta_token_span(items1, static_cast<long long>(top_k) * inter,
                                               items1 < kMoeDecodeMinGrid ? items1 : kMoeDecodeMinGrid, tokens);

@@ -28,7 +28,7 @@ inline constexpr int kChunkCodes = 32;                  // e2m1 codes per 16-byt
 inline constexpr int kStripRows = kMoeDecodeStripRows;  // weight rows a strip (the mma's n)
 inline constexpr int kStepChunks = kWarps * 4;          // chunks of a row one CTA step reads
 inline constexpr int kGemv1Loads = 12;                  // gemv1: weight chunks a thread has in flight
-inline constexpr int kGemv2Loads = 6;                   // gemv2 (three CTAs an SM: fewer registers)
+inline constexpr int kGemv2Loads = 5;                   // gemv2 (three CTAs an SM: fewer registers)
 
 template <int CHUNKS>
 struct Steps {
@@ -43,34 +43,41 @@ struct Steps {
 // larger ones (and NaN, 255) go the exact way (dequant8) for the whole warp: a warp-uniform branch,
 // since a select between the two (the first version) ran both decodes for every chunk, ~9
 // instructions a weight byte (gpt-oss-120b M = 1 45.5 us against the swap-AB kernels' 30.8, H100).
+template <int QUANT, bool FOLDED>
+__device__ inline void mma_words(float (&d)[4], const unsigned (&words)[4], unsigned s, const uint4 (&x)[4]) {
+  const unsigned factor = dequant::mxfp4_bf16_factor(s);
+  const float scale = dequant::e8m0_to_float(s);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint4 b = FOLDED ? dequant::mxfp4x8_bf16_scaled<QUANT>(words[i], factor)
+                           : dequant::dequant8<QUANT, kDTypeBF16>(words[i], 0u, scale, 0.f);
+    const unsigned a0[4] = {x[i].x, x[i].x, x[i].y, x[i].y}, a1[4] = {x[i].z, x[i].z, x[i].w, x[i].w};
+    sm80::mma_16816<kDTypeBF16>(d, a0, b.x, b.y);
+    sm80::mma_16816<kDTypeBF16>(d, a1, b.z, b.w);
+  }
+}
 template <int QUANT>
 __device__ inline void mma_chunk(float (&d)[4], uint4 w, unsigned s, const uint4 (&x)[4]) {
   const unsigned words[4] = {w.x, w.y, w.z, w.w};
-  auto products = [&](auto decode) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint4 b = decode(words[i]);
-      const unsigned a0[4] = {x[i].x, x[i].x, x[i].y, x[i].y}, a1[4] = {x[i].z, x[i].z, x[i].w, x[i].w};
-      sm80::mma_16816<kDTypeBF16>(d, a0, b.x, b.y);
-      sm80::mma_16816<kDTypeBF16>(d, a1, b.z, b.w);
-    }
-  };
-  if (!__any_sync(0xffffffffu, !dequant::mxfp4_bf16_factor_fits(s))) {
-    const unsigned factor = dequant::mxfp4_bf16_factor(s);
-    products([&](unsigned word) { return dequant::mxfp4x8_bf16_scaled<QUANT>(word, factor); });
-  } else {
-    const float scale = dequant::e8m0_to_float(s);
-    products([&](unsigned word) { return dequant::dequant8<QUANT, kDTypeBF16>(word, 0u, scale, 0.f); });
-  }
+  if (!__any_sync(0xffffffffu, !dequant::mxfp4_bf16_factor_fits(s))) mma_words<QUANT, true>(d, words, s, x);
+  else mma_words<QUANT, false>(d, words, s, x);
 }
 
-__device__ inline void load_x(const unsigned short* x, bool ok, uint4 (&v)[4]) {
+// The 32 activations of chunk p from a token's row staged in shared memory (or zeros).
+__device__ inline void load_x(const unsigned short* row, int p, bool ok, uint4 (&v)[4]) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = ok ? __ldg(reinterpret_cast<const uint4*>(x) + i) : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < 4; ++i)
+    v[i] = ok ? reinterpret_cast<const uint4*>(row + p * kChunkCodes)[i] : make_uint4(0, 0, 0, 0);
 }
-__device__ inline void load_x_cg(const unsigned short* x, bool ok, uint4 (&v)[4]) {  // written by gemv1
-#pragma unroll
-  for (int i = 0; i < 4; ++i) v[i] = ok ? __ldcg(reinterpret_cast<const uint4*>(x) + i) : make_uint4(0, 0, 0, 0);
+// Stages `elements` bf16 (a multiple of 8) of one token's activations from global memory into
+// shared memory (the caller's barriers around it). Why: loaded per chunk from global memory beside
+// the weights, each chunk's mmas waited for an L2 round trip of their own (gpt-oss-120b M = 1: the
+// GEMV 41 us, the swap-AB kernels 31, H100).
+template <bool L2_ONLY>
+__device__ inline void stage_row(const unsigned short* src, int elements, unsigned short* dst) {
+  for (int i = threadIdx.x; i < elements / 8; i += kThreads)
+    reinterpret_cast<uint4*>(dst)[i] =
+        L2_ONLY ? __ldcg(reinterpret_cast<const uint4*>(src) + i) : __ldg(reinterpret_cast<const uint4*>(src) + i);
 }
 
 // After the mma, lane q (< 4) of a warp holds the strip's rows 2q and 2q + 1 in d[0], d[1] (row 0
@@ -110,22 +117,33 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 2) moe_decode_mx_gemv1_kern
   constexpr int CH = G == 1 ? (S::STEPS < kGemv1Loads ? S::STEPS : kGemv1Loads) : S::STEPS;  // steps a chunk of loads
   __shared__ Picks picks;
   __shared__ float red[2][G][kWarps][kStripRows];
+  extern __shared__ uint4 dynamic_smem[];
+  unsigned short* xs = reinterpret_cast<unsigned short*>(dynamic_smem);  // the batch token's x row
+  const unsigned short* x = static_cast<const unsigned short*>(a.x);
+  constexpr int kPerToken = TOPK * STRIPS;
+  int begin, end;
+  cta_items(static_cast<long long>(a.num_tokens) * kPerToken, begin, end);
   pdl::wait();  // launched after whatever wrote x and the logits
   pdl::launch_dependents();  // gemv2 may start routing under this kernel's tail
+  // The first batch's x row travels while the CTA routes (route's barriers publish it).
+  int staged = begin / kPerToken;
+  if (begin < end) stage_row<false>(x + staged * a.ldx, HIDDEN, xs);
   route<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
   if (blockIdx.x == 0) publish<TOPK>(a, picks);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, q = lane & 3;
   // This thread's strip row r: intermediate column offset and which W1 row (gate / up) it is.
   const int r_col = r % COLS, r_up = GATED ? r / COLS : 0;
   const unsigned char* w1 = static_cast<const unsigned char*>(a.w1);
-  const unsigned short* x = static_cast<const unsigned short*>(a.x);
-  constexpr int kPerToken = TOPK * STRIPS;
-  int begin, end;
-  cta_items(static_cast<long long>(a.num_tokens) * kPerToken, begin, end);
   int parity = 0;
   for (int base = begin, count = 0; base < end; base += count, parity ^= 1) {
     const int token = base / kPerToken;
     count = min(G, min(end, (token + 1) * kPerToken) - base);
+    if (token != staged) {  // uniform: every thread walks the same batches
+      __syncthreads();      // the previous token's readers are done
+      stage_row<false>(x + token * a.ldx, HIDDEN, xs);
+      staged = token;
+      __syncthreads();
+    }
     const unsigned char* row[G];
     const unsigned char* srow[G];
     bool live[G];
@@ -162,7 +180,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 2) moe_decode_mx_gemv1_kern
         const int p = (s0 + c) * kStepChunks + warp * 4 + q;
         const bool in_row = s0 + c < S::STEPS && (!S::RAGGED || p < VEC);
         uint4 xv[4];
-        load_x(x + token * a.ldx + p * kChunkCodes, in_row, xv);
+        load_x(xs, p, in_row, xv);
 #pragma unroll
         for (int g = 0; g < G; ++g) mma_chunk<QUANT>(d[g], wv[g][c], sc[g][c], xv);
       }
@@ -216,6 +234,8 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_mx_gemv2_kern
   constexpr int STRIPS = (HIDDEN + kStripRows - 1) / kStripRows;  // strips a token
   __shared__ Picks picks;
   __shared__ float red[2][kWarps][kStripRows];
+  extern __shared__ uint4 dynamic_smem[];
+  unsigned short* is = reinterpret_cast<unsigned short*>(dynamic_smem);  // the item token's TOPK rows
   route<TOPK, NUM_EXPERTS, EXPERTS_PER_LANE, SCORING, RENORMALIZE, N_GROUP, TOPK_GROUP, LOGIT_DTYPE>(a, picks);
   const unsigned char* w2 = static_cast<const unsigned char*>(a.w2);
   int begin, end;
@@ -234,11 +254,20 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_mx_gemv2_kern
   }
   pdl::wait();
   const unsigned short* inter = static_cast<const unsigned short*>(a.inter);
+  int staged = begin / STRIPS;
+  if (begin < end) stage_row<true>(inter + static_cast<long long>(staged) * TOPK * INTER, TOPK * INTER, is);
+  __syncthreads();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 2, q = lane & 3;
   int parity = 0;
   for (int item = begin; item < end; ++item, parity ^= 1) {
     const int t = item / STRIPS, col = (item % STRIPS) * kStripRows + r;
     const bool col_ok = col < HIDDEN;
+    if (t != staged) {  // uniform; a dropped slot's row (never written) is staged but not read
+      __syncthreads();
+      stage_row<true>(inter + static_cast<long long>(t) * TOPK * INTER, TOPK * INTER, is);
+      staged = t;
+      __syncthreads();
+    }
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 1  // one chunk of loads at a time (hoisting the next chunk's loads spilled at 80 registers)
     for (int s0 = 0; s0 < S::STEPS; s0 += CH) {
@@ -261,7 +290,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_mx_gemv2_kern
         const bool in_row = s0 + c < S::STEPS && (!S::RAGGED || p < VEC) && off < SLOT_VEC;
         const int e = in_row ? picks.local[t * TOPK + k] : -1;
         uint4 xv[4];
-        load_x_cg(inter + static_cast<long long>(t * TOPK + k) * INTER + off * kChunkCodes, e >= 0, xv);
+        load_x(is + k * INTER, off, e >= 0, xv);
         float d[4] = {0.f, 0.f, 0.f, 0.f};
         mma_chunk<QUANT>(d, wv[c], sc[c], xv);
         // The chunk group's slot is the same for all lanes of this warp at this step (4 | SLOT_PAD).
