@@ -93,6 +93,27 @@ TEST_CASE("rendered source: one include, one explicit instantiation per entry, n
   CHECK(b.source.find("moe_decode_gemv2_kernel<") != std::string::npos);
   CHECK_FALSE(moe_decode_gemv2_splits(kQuantNone, 8, 768));
   CHECK(moe_decode_gemv2_splits(kQuantFp8Block, 8, 256));  // DeepSeek-V3 TP8: 128 chunks an item
+  // MXFP4: the mma pair of moe_decode_mx.cuh under the same entry names, nothing else; bf16 only.
+  RenderedKernel mx = render_kernel(make_spec("moe_decode_gemv", "sm_90a",
+                                              {{"top_k", "4"}, {"hidden", "2880"}, {"intermediate", "2880"},
+                                               {"num_experts", "128"}, {"quant", "mxfp4_packed"}}),
+                                    store);
+  REQUIRE(mx.entries.size() == 2);
+  CHECK(mx.entries[0].name == "gemv1");
+  CHECK(mx.entries[0].name_expression.rfind("moejit::moe_decode_mx_gemv1_kernel<", 0) == 0);
+  CHECK(mx.entries[1].name == "gemv2");
+  CHECK(mx.entries[1].name_expression.rfind("moejit::moe_decode_mx_gemv2_kernel<", 0) == 0);
+  CHECK_FALSE(moe_decode_gemv2_splits(kQuantMxfp4, 2, 64));  // 4 chunks: a split item in the 16-bit kernel
+  CHECK_THROWS_WITH_AS(render_kernel(make_spec("moe_decode_gemv", "sm_90a",
+                                               {{"top_k", "4"}, {"hidden", "2880"}, {"intermediate", "2880"},
+                                                {"num_experts", "128"}, {"quant", "mxfp4"}, {"dtype", "f16"}}),
+                                     store),
+                       doctest::Contains("bf16"), Error);
+  CHECK_THROWS_WITH_AS(render_kernel(make_spec("moe_decode_gemv", "sm_90a",
+                                               {{"top_k", "4"}, {"hidden", "2880"}, {"intermediate", "2864"},
+                                                {"num_experts", "128"}, {"quant", "mxfp4"}}),
+                                     store),
+                       doctest::Contains("multiple of 32"), Error);
 }
 
 TEST_CASE("golden cache key: any change to the key function is deliberate") {
