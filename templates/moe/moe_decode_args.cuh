@@ -89,7 +89,7 @@ MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv2_items(int tokens, int
 // read nothing), and as many strips a batch as the ring then holds, at most kMoeDecodeMxGroup.
 // Why at most 8 steps a round: gemv2 of gpt-oss-120b (12 steps) in one round of 12 spilled.
 inline constexpr int kMoeDecodeMxStepChunks = kMoeDecodeThreads / 8;
-inline constexpr int kMoeDecodeMxRing = 12;
+inline constexpr int kMoeDecodeMxRing = 8;
 inline constexpr int kMoeDecodeMxRoundSteps = 8;
 inline constexpr int kMoeDecodeMxGroup = 4;
 MOEJIT_HOST_DEVICE constexpr int moe_decode_mx_steps(int vec) {

@@ -142,7 +142,7 @@ __device__ inline Batch batch_at(int base, int end) {
 // up n .. n + 3; else 8 columns), G strips of one token a batch (they share x's chunks).
 template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
           int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
-__global__ void __launch_bounds__(kMoeDecodeThreads, 2) moe_decode_mx_gemv1_kernel(const MoeDecodeArgs a) {
+__global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_mx_gemv1_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
   using namespace moe_decode_mx;
   static_assert(quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16, "MXFP4 weights, bf16 activations");
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(kMoeDecodeThreads, 2) moe_decode_mx_gemv1_kern
 // router weight in fp32 (scaled after each chunk's mmas). G strips of one token a batch.
 template <int DTYPE, int ACT, int QUANT, int TOPK, int HIDDEN, int INTER, int NUM_EXPERTS, int EXPERTS_PER_LANE,
           int SCORING, bool RENORMALIZE, int N_GROUP, int TOPK_GROUP, int LOGIT_DTYPE>
-__global__ void __launch_bounds__(kMoeDecodeThreads, 2) moe_decode_mx_gemv2_kernel(const MoeDecodeArgs a) {
+__global__ void __launch_bounds__(kMoeDecodeThreads, 3) moe_decode_mx_gemv2_kernel(const MoeDecodeArgs a) {
   using namespace moe_decode_detail;
   using namespace moe_decode_mx;
   static_assert(quant_is_mxfp4(QUANT) && DTYPE == kDTypeBF16, "MXFP4 weights, bf16 activations");
