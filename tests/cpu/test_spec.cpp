@@ -116,6 +116,31 @@ TEST_CASE("rendered source: one include, one explicit instantiation per entry, n
                        doctest::Contains("multiple of 32"), Error);
 }
 
+TEST_CASE("the MXFP4 decode GEMV's walk covers every chunk of a row with at most the ring's slots") {
+  // moe_decode_mx.cuh walks a row of vec chunks in rounds of CH steps of kMoeDecodeMxStepChunks
+  // chunks, G strips a batch, G * CH slots a thread; the host sizes shared memory from the same
+  // functions. Any vec a layer can have (K or TOPK * N up to 32 * 64k elements).
+  for (int vec = 1; vec <= 65536; ++vec) {
+    const int steps = moe_decode_mx_steps(vec), rounds = moe_decode_mx_rounds(vec), ch = moe_decode_mx_round_steps(vec);
+    const int g = moe_decode_mx_group(vec), slots = moe_decode_mx_slots(vec);
+    INFO("vec " << vec);
+    REQUIRE(steps * kMoeDecodeMxStepChunks >= vec);
+    REQUIRE((steps - 1) * kMoeDecodeMxStepChunks < vec);
+    REQUIRE(rounds * ch >= steps);
+    REQUIRE((rounds - 1) * ch < steps);  // no round reads nothing but padding
+    REQUIRE(ch <= kMoeDecodeMxRoundSteps);
+    REQUIRE(g >= 1);
+    REQUIRE(g <= kMoeDecodeMxGroup);
+    REQUIRE(slots == g * ch);
+    REQUIRE(slots <= kMoeDecodeMxRing);
+    REQUIRE(moe_decode_mx_ring_bytes(vec) == 16LL * kMoeDecodeThreads * slots);
+  }
+  // gpt-oss-120b (K = N = 2880, top_k 4): gemv1 90 chunks, gemv2 4 slots of 92 (90 padded to 4s).
+  CHECK(moe_decode_mx_gemv1_vec(2880) == 90);
+  CHECK(moe_decode_mx_gemv2_vec(4, 2880) == 368);
+  CHECK(moe_decode_mx_gemv1_smem(2880) == 2 * 2880 + moe_decode_mx_ring_bytes(90));
+}
+
 TEST_CASE("golden cache key: any change to the key function is deliberate") {
   CacheKeyInputs in;
   in.source = "#include \"routing/routing_sort.cuh\"\n";
