@@ -87,7 +87,10 @@ MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv2_items(int tokens, int
 // strips of one token read in ROUNDS rounds of CH steps, G * CH <= kMoeDecodeMxRing slots: the row's
 // steps in rounds of at most kMoeDecodeMxRoundSteps (near-equal; the last round's steps past the row
 // read nothing), and as many strips a batch as the ring then holds, at most kMoeDecodeMxGroup.
-// Why at most 8 steps a round: gemv2 of gpt-oss-120b (12 steps) in one round of 12 spilled.
+// Why at most 8 steps a round: gemv2 of gpt-oss-120b (12 steps) in one round of 12 spilled. Why 8
+// slots: 12 ran gpt-oss-120b M = 1 at 62.5 us, 8 at 47.7 (first ring form, H100), and 8 lets both
+// kernels run three CTAs an SM (80 registers, no spills), so gemv2's 360 strips at M = 1 get a CTA
+// each instead of 96 of 264 CTAs taking two.
 inline constexpr int kMoeDecodeMxStepChunks = kMoeDecodeThreads / 8;
 inline constexpr int kMoeDecodeMxRing = 8;
 inline constexpr int kMoeDecodeMxRoundSteps = 8;
