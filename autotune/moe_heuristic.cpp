@@ -186,10 +186,8 @@ MoeTileConfig decode_gemv_config() {
 
 bool decode_gemv_supported(const MoeSpec& spec, const std::string& arch) {
   const bool fp8 = spec.quant == kQuantFp8Block;
-  // MXFP4: the mma pair (moe_decode_mx.cuh), bf16 activations only.
-  const bool mx = quant_is_mxfp4(spec.quant) && spec.dtype == kDTypeBF16;
   const int chunk = moe_decode_chunk_elements(spec.quant);
-  return spec.fused && spec.reduce == ReduceMode::Fast && (spec.quant == kQuantNone || fp8 || mx) &&
+  return spec.fused && spec.reduce == ReduceMode::Fast && (spec.quant == kQuantNone || fp8) &&
          (!fp8 || arch.empty() || arch_has_fp8_mma(arch)) && spec.hidden % chunk == 0 && spec.intermediate % chunk == 0 &&
          decode_gemv_max_tokens(spec) >= 1;
 }
@@ -234,7 +232,6 @@ bool wgmma_supported(const MoeSpec& spec, const std::string& arch) {
 }
 
 int gemv_heuristic_most_tokens(const MoeSpec& spec) {
-  if (quant_is_mxfp4(spec.quant)) return kGemvHeuristicMostTokensMx;
   if (spec.quant != kQuantFp8Block) return kGemvHeuristicWideTokens;
   if (spec.intermediate <= kGemvHeuristicNarrowestFp8) return kGemvHeuristicMostTokensNarrowestFp8;
   return spec.intermediate <= kGemvHeuristicNarrowFp8 ? kGemvHeuristicMaxTokens : kGemvHeuristicMaxTokensFp8;

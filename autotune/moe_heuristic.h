@@ -156,8 +156,6 @@ constexpr int kGemvHeuristicMaxTokensFp8 = 2;
 constexpr int kGemvHeuristicNarrowFp8 = 768;
 constexpr int kGemvHeuristicNarrowestFp8 = 256;
 constexpr int kGemvHeuristicMostTokensNarrowestFp8 = 8;
-// MXFP4 (the mma pair, moe_decode_mx.cuh): the most tokens the heuristic gives it.
-constexpr int kGemvHeuristicMostTokensMx = 0;
 // The most tokens the heuristic gives the decode GEMV (before its sparsity, lane-use and shared-memory
 // conditions), by format and intermediate size.
 int gemv_heuristic_most_tokens(const MoeSpec& spec);

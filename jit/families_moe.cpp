@@ -461,15 +461,10 @@ FamilyInfo moe_decode_gemv_family() {
     return moe_decode_gemv_span_wanted(parse_quant(s.get_string("quant")), static_cast<int>(s.get_int("top_k")),
                                        static_cast<int>(s.get_int("hidden")), static_cast<int>(s.get_int("intermediate")));
   };
-  auto mx = [](const KernelSpec& s) { return quant_is_mxfp4(parse_quant(s.get_string("quant"))); };
-  auto not_mx = [=](const KernelSpec& s) { return !mx(s); };
-  f.entries = {{"gemv1", "moejit::moe_decode_gemv1_kernel", "moejit::MoeDecodeArgs", "", not_mx},
+  f.entries = {{"gemv1", "moejit::moe_decode_gemv1_kernel", "moejit::MoeDecodeArgs"},
                // gemv2 in batches of 10 split items, or of 8 (from kMoeDecodeManyTokens tokens on);
                // without split items the batch size changes nothing: gemv2 alone
-               {"gemv2", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "10", not_mx},
-               // MXFP4: the mma pair of moe_decode_mx.cuh under the same names
-               {"gemv1", "moejit::moe_decode_mx_gemv1_kernel", "moejit::MoeDecodeArgs", "", mx},
-               {"gemv2", "moejit::moe_decode_mx_gemv2_kernel", "moejit::MoeDecodeArgs", "", mx},
+               {"gemv2", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "10"},
                {"gemv2_many", "moejit::moe_decode_gemv2_kernel", "moejit::MoeDecodeArgs", "8", splits},
                // fp8_block: the same with each CTA's shared memory holding its own tokens' rows only
                {"gemv1_span", "moejit::moe_decode_gemv1_kernel", "moejit::MoeDecodeArgs", "true", span},
@@ -479,13 +474,9 @@ FamilyInfo moe_decode_gemv_family() {
   f.derive = [](KernelSpec& s) {
     derive_topk_selection(s, "moe_decode_gemv");
     const int quant = parse_quant(s.get_string("quant"));
-    if (quant != kQuantNone && quant != kQuantFp8Block && !quant_is_mxfp4(quant))
-      throw Error(Phase::Validate, fmt::format("moe_decode_gemv: quant {} is not supported (none, fp8_block, mxfp4 or "
-                                               "mxfp4_packed)",
+    if (quant != kQuantNone && quant != kQuantFp8Block)
+      throw Error(Phase::Validate, fmt::format("moe_decode_gemv: quant {} is not supported (none or fp8_block)",
                                                s.get_string("quant")));
-    if (quant_is_mxfp4(quant) && s.get_string("dtype") != "bf16")
-      throw Error(Phase::Validate, fmt::format("moe_decode_gemv: MXFP4 weights take bf16 activations, not {}",
-                                               s.get_string("dtype")));
     if (quant == kQuantFp8Block && !arch_has_fp8_mma(s.arch))
       throw Error(Phase::Validate, fmt::format("moe_decode_gemv: fp8_block needs e4m3 conversions (sm_89 or newer), not {}",
                                                s.arch));

@@ -9,7 +9,6 @@
 #include "jit/moe_names.h"
 #include "runtime/moe_layer_parts.h"
 #include "runtime/runtime.h"
-#include "templates/moe/activation_kinds.cuh"
 #include "templates/moe/moe_decode_args.cuh"
 
 namespace moejit {
@@ -74,15 +73,6 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
   a.w2 = ptr(args.w2);
   a.w2_expert_stride = args.w2.strides[0] * es;
   a.ldw2 = args.w2.strides[1] * es;
-  const bool mx = quant_is_mxfp4(spec_.quant);
-  if (mx) {  // e8m0 bytes
-    a.w1_mx_scale = static_cast<const unsigned char*>(ptr(args.w1_scale));
-    a.w1_scale_expert_stride = args.w1_scale.strides[0];
-    a.w1_scale_row_stride = args.w1_scale.strides[1];
-    a.w2_mx_scale = static_cast<const unsigned char*>(ptr(args.w2_scale));
-    a.w2_scale_expert_stride = args.w2_scale.strides[0];
-    a.w2_scale_row_stride = args.w2_scale.strides[1];
-  }
   if (spec_.quant == kQuantFp8Block) {
     a.w1_scale = static_cast<const float*>(ptr(args.w1_scale));
     a.w1_scale_expert_stride = args.w1_scale.strides[0];
@@ -114,22 +104,12 @@ void MoeLayer::forward_decode(CUstream stream, const MoeForwardArgs& args, int m
     return std::pair(l.span ? span : &whole, l);
   };
   const bool many = m >= kMoeDecodeManyTokens;
-  // The MXFP4 kernels' items are strips of weight rows (no shared memory per token: per_token unused).
-  const bool gated = activation_is_gated(spec_.activation);
-  const long long items1 = mx ? moe_decode_mx_gemv1_items(m, spec_.top_k, spec_.intermediate, gated)
-                              : moe_decode_gemv1_items(m, spec_.top_k, spec_.intermediate);
-  const long long items2 = mx ? moe_decode_mx_gemv2_items(m, spec_.hidden) : moe_decode_gemv2_items(m, spec_.hidden);
-  auto [gemv1, l1] = plan(*k.gemv1, k.gemv1_span, items1, static_cast<long long>(spec_.top_k) * spec_.intermediate,
-                          moe_decode_gemv1_smem(spec_.quant, 1, spec_.hidden));
-  auto [gemv2, l2] = plan(many ? *k.gemv2_many : *k.gemv2, many ? k.gemv2_many_span : k.gemv2_span, items2,
-                          spec_.hidden, moe_decode_gemv2_smem(spec_.quant, 1, spec_.top_k, spec_.intermediate));
-  if (mx) {  // one token's activations in shared memory at any batch size (moe_decode_mx_gemv*_smem)
-    auto one_token = [&](const Kernel& kernel, long long items, long long smem) {
-      return plan_decode_gemv_launch(1, items, 1, smem, device.sm_count, device.shared_per_sm, kernel.resources(), nullptr);
-    };
-    l1 = one_token(*gemv1, items1, moe_decode_mx_gemv1_smem(spec_.hidden));
-    l2 = one_token(*gemv2, items2, moe_decode_mx_gemv2_smem(spec_.top_k, spec_.intermediate));
-  }
+  const auto [gemv1, l1] = plan(*k.gemv1, k.gemv1_span, moe_decode_gemv1_items(m, spec_.top_k, spec_.intermediate),
+                                static_cast<long long>(spec_.top_k) * spec_.intermediate,
+                                moe_decode_gemv1_smem(spec_.quant, 1, spec_.hidden));
+  const auto [gemv2, l2] =
+      plan(many ? *k.gemv2_many : *k.gemv2, many ? k.gemv2_many_span : k.gemv2_span, moe_decode_gemv2_items(m, spec_.hidden),
+           spec_.hidden, moe_decode_gemv2_smem(spec_.quant, 1, spec_.top_k, spec_.intermediate));
   // decode_gemv_max_tokens bounds m by what fits (moe_decode_gemv_fits); this is its check.
   MOEJIT_REQUIRE(l1.ctas >= 1 && l2.ctas >= 1,
                  "moe: the decode GEMV's shared memory for {} tokens does not fit ({} / {} bytes)", m, l1.smem, l2.smem);

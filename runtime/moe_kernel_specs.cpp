@@ -77,8 +77,7 @@ std::vector<bool> moe_gemm2_roles_upto(const MoeSpec& spec, const MoeTileConfig&
 KernelSpec moe_decode_spec(const MoeSpec& spec, const std::string& arch) {
   MOEJIT_REQUIRE(decode_gemv_supported(spec, arch),
                  "moe: the decode GEMV (tile config gemv) needs the fused layer in the fast reduce mode and 16-bit "
-                 "weights with K, N multiples of 8, fp8_block weights (sm_89+) with K, N multiples of 16 or MXFP4 "
-                 "weights with bf16 activations and K, N multiples of 32 ({} on {})",
+                 "weights with K, N multiples of 8 or fp8_block weights (sm_89+) with K, N multiples of 16 ({} on {})",
                  spec.describe(), arch);
   KernelSpec s = routing_topk_spec(moe_layer_router_config(spec), arch);  // the routing the layer runs
   s.family = "moe_decode_gemv";

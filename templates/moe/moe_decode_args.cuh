@@ -50,10 +50,6 @@ struct MoeDecodeArgs {
   long long w1_scale_expert_stride, w1_scale_row_stride;
   const float* w2_scale;
   long long w2_scale_expert_stride, w2_scale_row_stride;
-  // MXFP4 (the mx kernels, moe_decode_mx.cuh): e8m0 scales [E_local, rows, inner / 32], one byte
-  // each, with the strides above (in bytes: elements of one byte).
-  const unsigned char* w1_mx_scale;
-  const unsigned char* w2_mx_scale;
   const float* b2;  // [E_local, b2_expert_stride] or null
   long long b2_expert_stride;
   void* inter;  // [num_tokens * TOPK, N] DTYPE, by routed slot (gemv1 writes, gemv2 reads)
@@ -67,66 +63,8 @@ struct MoeDecodeArgs {
   int gemv1_smem_tokens, gemv2_smem_tokens;
 };
 
-// Weights per 16-byte load of the GEMV's rows: e4m3 (fp8_block), e2m1 (MXFP4: one scale a chunk) or 16-bit.
-MOEJIT_HOST_DEVICE constexpr int moe_decode_chunk_elements(int quant) {
-  return quant == kQuantFp8Block ? 16 : quant_is_mxfp4(quant) ? 32 : 8;
-}
-// MXFP4 layers run the mma kernels of moe_decode_mx.cuh: their items are strips of
-// kMoeDecodeStripRows weight rows (gemv1: half gate, half up rows of gated activations).
-inline constexpr int kMoeDecodeStripRows = 8;
-MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv1_items(int tokens, int top_k, int inter, bool gated) {
-  const int cols = gated ? kMoeDecodeStripRows / 2 : kMoeDecodeStripRows;
-  return static_cast<long long>(tokens) * top_k * ((inter + cols - 1) / cols);
-}
-MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv2_items(int tokens, int hidden) {
-  return static_cast<long long>(tokens) * ((hidden + kMoeDecodeStripRows - 1) / kMoeDecodeStripRows);
-}
-// How their threads walk a strip (moe_decode_mx.cuh): at step s, lane q of warp w reads 16-byte chunk
-// 32 s + 4 w + q (kMoeDecodeMxStepChunks a step) of its strip row; the chunks a thread has in flight
-// live in a ring of shared-memory slots (cp.async) refilled right after each is read. A batch is G
-// strips of one token read in ROUNDS rounds of CH steps, G * CH <= kMoeDecodeMxRing slots: the row's
-// steps in rounds of at most kMoeDecodeMxRoundSteps (near-equal; the last round's steps past the row
-// read nothing), and as many strips a batch as the ring then holds, at most kMoeDecodeMxGroup.
-// Why at most 8 steps a round: gemv2 of gpt-oss-120b (12 steps) in one round of 12 spilled. Why 8
-// slots: 12 ran gpt-oss-120b M = 1 at 62.5 us, 8 at 47.7 (first ring form, H100), and 8 lets both
-// kernels run three CTAs an SM (80 registers, no spills), so gemv2's 360 strips at M = 1 get a CTA
-// each instead of 96 of 264 CTAs taking two.
-inline constexpr int kMoeDecodeMxStepChunks = kMoeDecodeThreads / 8;
-inline constexpr int kMoeDecodeMxRing = 8;
-inline constexpr int kMoeDecodeMxRoundSteps = 8;
-inline constexpr int kMoeDecodeMxGroup = 4;
-MOEJIT_HOST_DEVICE constexpr int moe_decode_mx_steps(int vec) {
-  return (vec + kMoeDecodeMxStepChunks - 1) / kMoeDecodeMxStepChunks;
-}
-MOEJIT_HOST_DEVICE constexpr int moe_decode_mx_rounds(int vec) {
-  return (moe_decode_mx_steps(vec) + kMoeDecodeMxRoundSteps - 1) / kMoeDecodeMxRoundSteps;
-}
-MOEJIT_HOST_DEVICE constexpr int moe_decode_mx_round_steps(int vec) {
-  return (moe_decode_mx_steps(vec) + moe_decode_mx_rounds(vec) - 1) / moe_decode_mx_rounds(vec);
-}
-MOEJIT_HOST_DEVICE constexpr int moe_decode_mx_group(int vec) {
-  const int fit = kMoeDecodeMxRing / moe_decode_mx_round_steps(vec);
-  return fit < 1 ? 1 : fit < kMoeDecodeMxGroup ? fit : kMoeDecodeMxGroup;
-}
-MOEJIT_HOST_DEVICE constexpr int moe_decode_mx_slots(int vec) {
-  return moe_decode_mx_group(vec) * moe_decode_mx_round_steps(vec);
-}
-// The chunks of a strip row: gemv1 a W1 row of K; gemv2 a token's TOPK W2 row pieces, each padded to
-// a multiple of 4 chunks (an mma's 4 lanes then never span two routed slots).
-MOEJIT_HOST_DEVICE constexpr int moe_decode_mx_gemv1_vec(int hidden) { return hidden / 32; }
-MOEJIT_HOST_DEVICE constexpr int moe_decode_mx_gemv2_vec(int top_k, int inter) { return top_k * ((inter / 32 + 3) / 4 * 4); }
-// Their dynamic shared memory: one token's activations (gemv1: its x row; gemv2: its TOPK
-// intermediate rows), bf16, at any batch size (a CTA reloads it when its items move to the next
-// token), then the ring (16 bytes a slot and thread).
-MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_ring_bytes(int vec) {
-  return 16LL * kMoeDecodeThreads * moe_decode_mx_slots(vec);
-}
-MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv1_smem(int hidden) {
-  return 2LL * hidden + moe_decode_mx_ring_bytes(moe_decode_mx_gemv1_vec(hidden));
-}
-MOEJIT_HOST_DEVICE constexpr long long moe_decode_mx_gemv2_smem(int top_k, int inter) {
-  return 2LL * top_k * inter + moe_decode_mx_ring_bytes(moe_decode_mx_gemv2_vec(top_k, inter));
-}
+// Weights per 16-byte load of the GEMV's rows: e4m3 (fp8_block) or 16-bit.
+MOEJIT_HOST_DEVICE constexpr int moe_decode_chunk_elements(int quant) { return quant == kQuantFp8Block ? 16 : 8; }
 // Items (gemv1: a weight row of K; gemv2: a token's TOPK intermediate rows) of vec 16-byte chunks
 // a step reads side by side: several when one is at most half the CTA, a whole number of warps
 // each (else 1: threads past vec idle).
@@ -141,7 +79,7 @@ MOEJIT_HOST_DEVICE constexpr int moe_decode_gemv2_vec(int quant, int top_k, int 
   return top_k * inter / moe_decode_chunk_elements(quant);
 }
 MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv2_splits(int quant, int top_k, int inter) {
-  return !quant_is_mxfp4(quant) && moe_decode_split_items(moe_decode_gemv2_vec(quant, top_k, inter)) > 1;
+  return moe_decode_split_items(moe_decode_gemv2_vec(quant, top_k, inter)) > 1;
 }
 // The share of a CTA's threads with a chunk to read in its steps over items of vec chunks (the
 // last step of a long row leaves the threads past its end idle; split items leave none).
@@ -221,9 +159,6 @@ MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv_span_wanted(int quant, int top
 // Whether a forward of `tokens` fits: every token's rows, or (SPAN kernels) the largest span any grid
 // of at least kMoeDecodeMinGrid CTAs (or one per item) gives its CTAs, in at most kMoeDecodeMaxSmemBytes.
 MOEJIT_HOST_DEVICE constexpr bool moe_decode_gemv_fits(int quant, int tokens, int top_k, int hidden, int inter) {
-  if (quant_is_mxfp4(quant))
-    return tokens >= 1 && tokens <= kMoeDecodeMaxTokens && moe_decode_mx_gemv1_smem(hidden) <= kMoeDecodeMaxSmemBytes &&
-           moe_decode_mx_gemv2_smem(top_k, inter) <= kMoeDecodeMaxSmemBytes;
   const long long items1 = moe_decode_gemv1_items(tokens, top_k, inter), items2 = moe_decode_gemv2_items(tokens, hidden);
   const int span1 = moe_decode_cta_token_span(items1, static_cast<long long>(top_k) * inter,
                                               items1 < kMoeDecodeMinGrid ? items1 : kMoeDecodeMinGrid, tokens);

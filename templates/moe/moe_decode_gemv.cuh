@@ -585,5 +585,3 @@ __global__ void __launch_bounds__(kMoeDecodeThreads,
 }
 
 }  // namespace moejit
-
-#include "moe/moe_decode_mx.cuh"  // the MXFP4 pair (its own kernels, the same arguments)

@@ -355,16 +355,6 @@ TEST_CASE("autotune: the decode GEMV config: heuristic rule, round trip, kernels
   fp8.quant = kQuantFp8Block;
   CHECK(decode_gemv_supported(fp8, "sm_90a"));
   CHECK_FALSE(decode_gemv_supported(fp8, "sm_80"));
-  // MXFP4: the mma pair with bf16 activations (any arch with bf16 mma), K and N in 32-code chunks.
-  MoeSpec mx = q;
-  mx.quant = kQuantMxfp4Packed;
-  CHECK(decode_gemv_supported(mx, "sm_80"));
-  CHECK(decode_gemv_supported(mx, "sm_90a"));
-  mx.dtype = kDTypeF16;
-  CHECK_FALSE(decode_gemv_supported(mx, "sm_90a"));
-  mx.dtype = kDTypeBF16;
-  mx.intermediate = 784;  // 16-byte loads of 16-bit rows, not whole 32-code chunks
-  CHECK_FALSE(decode_gemv_supported(mx, "sm_90a"));
   // Up to 4 tokens for experts of N <= 768 (Qwen3's), 2 for wider ones, 8 for N <= 256 (the sparsity and
   // shared-memory conditions still apply).
   CHECK(gemv_heuristic_most_tokens(fp8) == kGemvHeuristicMaxTokens);

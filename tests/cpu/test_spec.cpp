@@ -93,52 +93,6 @@ TEST_CASE("rendered source: one include, one explicit instantiation per entry, n
   CHECK(b.source.find("moe_decode_gemv2_kernel<") != std::string::npos);
   CHECK_FALSE(moe_decode_gemv2_splits(kQuantNone, 8, 768));
   CHECK(moe_decode_gemv2_splits(kQuantFp8Block, 8, 256));  // DeepSeek-V3 TP8: 128 chunks an item
-  // MXFP4: the mma pair of moe_decode_mx.cuh under the same entry names, nothing else; bf16 only.
-  RenderedKernel mx = render_kernel(make_spec("moe_decode_gemv", "sm_90a",
-                                              {{"top_k", "4"}, {"hidden", "2880"}, {"intermediate", "2880"},
-                                               {"num_experts", "128"}, {"quant", "mxfp4_packed"}}),
-                                    store);
-  REQUIRE(mx.entries.size() == 2);
-  CHECK(mx.entries[0].name == "gemv1");
-  CHECK(mx.entries[0].name_expression.rfind("moejit::moe_decode_mx_gemv1_kernel<", 0) == 0);
-  CHECK(mx.entries[1].name == "gemv2");
-  CHECK(mx.entries[1].name_expression.rfind("moejit::moe_decode_mx_gemv2_kernel<", 0) == 0);
-  CHECK_FALSE(moe_decode_gemv2_splits(kQuantMxfp4, 2, 64));  // 4 chunks: a split item in the 16-bit kernel
-  CHECK_THROWS_WITH_AS(render_kernel(make_spec("moe_decode_gemv", "sm_90a",
-                                               {{"top_k", "4"}, {"hidden", "2880"}, {"intermediate", "2880"},
-                                                {"num_experts", "128"}, {"quant", "mxfp4"}, {"dtype", "f16"}}),
-                                     store),
-                       doctest::Contains("bf16"), Error);
-  CHECK_THROWS_WITH_AS(render_kernel(make_spec("moe_decode_gemv", "sm_90a",
-                                               {{"top_k", "4"}, {"hidden", "2880"}, {"intermediate", "2864"},
-                                                {"num_experts", "128"}, {"quant", "mxfp4"}}),
-                                     store),
-                       doctest::Contains("multiple of 32"), Error);
-}
-
-TEST_CASE("the MXFP4 decode GEMV's walk covers every chunk of a row with at most the ring's slots") {
-  // moe_decode_mx.cuh walks a row of vec chunks in rounds of CH steps of kMoeDecodeMxStepChunks
-  // chunks, G strips a batch, G * CH slots a thread; the host sizes shared memory from the same
-  // functions. Any vec a layer can have (K or TOPK * N up to 32 * 64k elements).
-  for (int vec = 1; vec <= 65536; ++vec) {
-    const int steps = moe_decode_mx_steps(vec), rounds = moe_decode_mx_rounds(vec), ch = moe_decode_mx_round_steps(vec);
-    const int g = moe_decode_mx_group(vec), slots = moe_decode_mx_slots(vec);
-    INFO("vec " << vec);
-    REQUIRE(steps * kMoeDecodeMxStepChunks >= vec);
-    REQUIRE((steps - 1) * kMoeDecodeMxStepChunks < vec);
-    REQUIRE(rounds * ch >= steps);
-    REQUIRE((rounds - 1) * ch < steps);  // no round reads nothing but padding
-    REQUIRE(ch <= kMoeDecodeMxRoundSteps);
-    REQUIRE(g >= 1);
-    REQUIRE(g <= kMoeDecodeMxGroup);
-    REQUIRE(slots == g * ch);
-    REQUIRE(slots <= kMoeDecodeMxRing);
-    REQUIRE(moe_decode_mx_ring_bytes(vec) == 16LL * kMoeDecodeThreads * slots);
-  }
-  // gpt-oss-120b (K = N = 2880, top_k 4): gemv1 90 chunks, gemv2 4 slots of 92 (90 padded to 4s).
-  CHECK(moe_decode_mx_gemv1_vec(2880) == 90);
-  CHECK(moe_decode_mx_gemv2_vec(4, 2880) == 368);
-  CHECK(moe_decode_mx_gemv1_smem(2880) == 2 * 2880 + moe_decode_mx_ring_bytes(90));
 }
 
 TEST_CASE("golden cache key: any change to the key function is deliberate") {

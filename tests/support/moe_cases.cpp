@@ -173,16 +173,6 @@ std::vector<MoeCase> moe_decode_gemv_cases() {
   deepseek_v3_routing(wide_x);
   add(wide_x);
   add(small_layer(16, 8, 256, 2048, kActSiluMul, kDTypeF16, kQuantFp8Block));
-  // MXFP4 (the mma pair of moe_decode_mx.cuh; gpt-oss shapes come from moe_quant_cases): one input
-  // per column (8 columns a gemv1 strip), K = 7168 (7 steps of one strip), grouped routing;
-  // gated with the weight on the input and N = 320 (10 chunks a slot, padded to 12 in gemv2).
-  MoeSpec mx_wide = small_layer(16, 8, 7168, 256, kActRelu2, kDTypeBF16, kQuantMxfp4Packed);
-  deepseek_v3_routing(mx_wide);
-  add(mx_wide);
-  MoeSpec mx_input = small_layer(12, 4, 1024, 320, kActGeluMul, kDTypeBF16, kQuantMxfp4);
-  mx_input.router_weight_on_input = true;
-  mx_input.has_bias = true;
-  add(mx_input);
   return out;
 }
 
