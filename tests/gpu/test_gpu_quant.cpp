@@ -37,6 +37,69 @@ TEST_CASE("gpu moe quant: every format against the fp64 reference") {
   }
 }
 
+namespace {
+// Raises every 8th e8m0 scale block of one stored weight matrix by 2^10 (codes ~120 -> ~130: scales
+// above 2), on the device and in the host copy the reference reads. The layer must keep one weight
+// set per local expert (expert_patterns() == 0): device scale i then covers host weights
+// [32 i, 32 i + 32).
+void raise_mxfp4_scales(DeviceBuffer& scales, std::vector<float>& dequantized) {
+  std::vector<std::uint8_t> codes(dequantized.size() / kMxfp4GroupSize);
+  REQUIRE(scales.bytes() == codes.size());
+  scales.download(codes.data(), codes.size());
+  int raised = 0;
+  for (std::size_t i = 0; i < codes.size(); ++i) {
+    if ((i * 2654435761u >> 7) % 8 != 0 || codes[i] + 10 > 254) continue;
+    codes[i] = static_cast<std::uint8_t>(codes[i] + 10);
+    for (int j = 0; j < kMxfp4GroupSize; ++j) dequantized[i * kMxfp4GroupSize + j] *= 1024.f;
+    ++raised;
+  }
+  REQUIRE(raised > 0);
+  scales.upload(codes.data(), codes.size());
+}
+}  // namespace
+
+// MXFP4 into bf16 folds the e8m0 scale into one bf16 multiply while the scale is at most 2; larger
+// scales (real checkpoints have few) take the exact dequantization, per warp and k block. Random
+// weights have scales near 2^-7, so these layers raise every 8th block's scale by 2^10 (silu_mul:
+// both matrices; swigluoai, whose clamp at 7 would hide GEMM1's raised blocks: W2 only), and run
+// the decode (swap-AB, its wgmma variant on sm_90a) and prefill tiles against the fp64 reference.
+TEST_CASE("gpu moe quant: MXFP4 scales above 2 (the exact dequantization) equal the fp64 reference") {
+  Runtime rt(test_options(""));
+  if (!gpu_or_skip(rt, "gpu moe quant MXFP4 large scales")) return;
+  int forwards = 0;
+  for (MoeQuant quant : {kQuantMxfp4, kQuantMxfp4Packed})
+    for (MoeActivation act : {kActSiluMul, kActSwigluOai}) {
+      MoeSpec spec = small_layer(8, 2, 352, 96, act, kDTypeBF16, quant);
+      spec.has_bias = true;
+      spec.validate();
+      MoeRun r = make_moe_run(rt, spec, 333, 4242);
+      REQUIRE(r.problem->expert_patterns() == 0);
+      if (act == kActSiluMul) raise_mxfp4_scales(r.problem->weights.w1_scale, r.problem->host().w1);
+      raise_mxfp4_scales(r.problem->weights.w2_scale, r.problem->host().w2);
+      std::vector<std::pair<int, MoeTileConfig>> runs;
+      for (int m : {1, 7, 40, 333}) runs.push_back({m, r.layer->tile_config(m)});
+      MoeTileConfig swap;
+      swap.block_m = 8;
+      swap.gemm1 = swap.gemm2 = swap_ab_tile(4, 2, 2);
+      runs.push_back({7, swap});
+      if (arch_has_wgmma(rt.device_arch())) {
+        swap.block_m = 16;
+        swap.gemm1 = swap.gemm2 = swap_ab_wgmma_tile(4, 2);
+        runs.push_back({7, swap});
+      }
+      for (const auto& [m, config] : runs) {
+        r.problem->poison();
+        r.layer->forward_with_config(nullptr, r.problem->args(m, true), config);
+        r.problem->use_generated_topk();
+        const double err = r.problem->relative_error(r.problem->output(m), MoeProblem::sample_tokens(m, kMaxCheckedTokens));
+        INFO(fmt::format("{} M={} tiles {} relative error {:.3e}", spec.describe(), m, config.describe(), err));
+        CHECK(err <= quant_error_band(quant));
+        ++forwards;
+      }
+    }
+  MESSAGE(fmt::format("{} MXFP4 forwards with scales above 2 checked", forwards));
+}
+
 TEST_CASE("gpu moe quant: CUDA graph replay equals eager") {
   Runtime rt(test_options(""));
   if (!gpu_or_skip(rt, "gpu moe quant graph")) return;
