@@ -134,15 +134,28 @@ __device__ inline void cast_tail(const MoeGemmArgs& args, int n0, int arrivals) 
   constexpr int QUADS = BLOCK_N / 4;  // 16-byte fp32 loads of a token's tile columns
   const float* sums = static_cast<const float*>(args.c);
   unsigned short* out = static_cast<unsigned short*>(args.cast_out);
-  for (int i = threadIdx.x; i < args.cast_tokens * QUADS; i += THREADS) {
-    const long long token = i / QUADS;
-    const int c = n0 + (i % QUADS) * 4;
-    if (c >= args.n_out) continue;  // n_out is a multiple of 8: a quad is inside or past it
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(sums + token * args.ldc + c));
-    uint2 packed;
-    packed.x = sm80::pack2<DTYPE>(v.x, v.y);
-    packed.y = sm80::pack2<DTYPE>(v.z, v.w);
-    *reinterpret_cast<uint2*>(out + token * args.cast_ld_out + c) = packed;
+  // BATCH quads a thread at a time, all loaded before any store: the stores might alias the sums as
+  // far as the compiler knows, so one quad at a time would be one L2 round trip after another.
+  constexpr int BATCH = 4;
+  const int total = args.cast_tokens * QUADS;
+  for (int first = threadIdx.x; first < total; first += BATCH * THREADS) {
+    float4 v[BATCH];
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      const int i = first + b * THREADS, c = n0 + (i % QUADS) * 4;
+      // n_out is a multiple of 8: a quad is inside it or past it.
+      if (i < total && c < args.n_out)
+        v[b] = __ldcg(reinterpret_cast<const float4*>(sums + static_cast<long long>(i / QUADS) * args.ldc + c));
+    }
+#pragma unroll
+    for (int b = 0; b < BATCH; ++b) {
+      const int i = first + b * THREADS, c = n0 + (i % QUADS) * 4;
+      if (i >= total || c >= args.n_out) continue;
+      uint2 packed;
+      packed.x = sm80::pack2<DTYPE>(v[b].x, v[b].y);
+      packed.y = sm80::pack2<DTYPE>(v[b].z, v[b].w);
+      *reinterpret_cast<uint2*>(out + static_cast<long long>(i / QUADS) * args.cast_ld_out + c) = packed;
+    }
   }
 }
 
