@@ -80,11 +80,12 @@ TEST_CASE("gpu moe: expert parallelism (half the experts remote) and top-1 weigh
 // with MOEJIT_FUSED_CAST=0), also when no local expert is routed at all (no row tile: the fused
 // cast's CTAs of row 0 count in without work). Mixed batches still equal the fp64 reference.
 TEST_CASE("gpu moe: tokens routed only to remote experts get zeros from every cast path") {
-  Runtime rt(test_options(""));
+  Options fused = test_options(""), unfused = test_options("");
+  fused.fused_cast = true;
+  unfused.fused_cast = false;
+  Runtime rt(fused);
   if (!gpu_or_skip(rt, "gpu moe remote-only tokens")) return;
-  Options no_fused = test_options("");
-  no_fused.fused_cast = false;
-  Runtime rt_kernel(no_fused);
+  Runtime rt_kernel(unfused);
   MoeSpec spec = moe_mode_cases().front().spec;  // 64 experts, 32 local, top_k 8, fast mode
   REQUIRE(spec.reduce == ReduceMode::Fast);
   REQUIRE(spec.local_experts() < spec.num_experts);
