@@ -57,7 +57,6 @@ Options Options::from_env() {
   if (auto v = env("MOEJIT_TUNED_DBS")) o.use_tuned_dbs = parse_bool(*v, "MOEJIT_TUNED_DBS");
   if (auto v = env("MOEJIT_WORK_QUEUE")) o.work_queue = parse_bool(*v, "MOEJIT_WORK_QUEUE") ? 1 : 0;
   if (auto v = env("MOEJIT_TILE_HANDOVER")) o.tile_handover = parse_bool(*v, "MOEJIT_TILE_HANDOVER") ? 1 : 0;
-  if (auto v = env("MOEJIT_FUSED_CAST")) o.fused_cast = parse_bool(*v, "MOEJIT_FUSED_CAST");
   return o;
 }
 

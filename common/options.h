@@ -33,11 +33,6 @@ struct Options {
   // row tile (MoeGemmArgs::tile_wait) wherever it can / never; unset (-1): where GEMM1's grid is
   // more than one wave (docs/performance.md, thirty-seventh session).
   int tile_handover = -1;
-  // MOEJIT_FUSED_CAST=1: the fast mode's swap-AB GEMM2 casts its own fp32 sums to DTYPE (the last
-  // CTA of each column tile casts that tile's columns: MoeGemmArgs::cast_counters) instead of the
-  // cast kernel after it. Off by default until a GPU has measured it (fifty-second session: written,
-  // compiled and CPU-tested; no device machine could be started to run it).
-  bool fused_cast = false;
   // MOEJIT_TUNED_DB: the user's tuned-config DB (read, and written by tuning); default
   // <cache_dir>/tuned/<device>.json. Every *.json in <cache_dir>/tuned/ is read too.
   std::filesystem::path tuned_db;

@@ -505,21 +505,9 @@ void MoeLayer::forward_with_config(CUstream stream, const MoeForwardArgs& args, 
   g.walk_rows = config.gemm2.walk_rows;
   g.work_counter = work_counter(config.gemm2, k.gemm2_persistent, false, splits2, 1);
   const auto [g2x, g2y] = gemm_grid(k.gemm2_persistent, gx2, wave2, splits2);
-  // The swap-AB GEMM2 of the fast mode casts its own sums: the last CTA of each column tile converts
-  // that tile's columns (MoeGemmArgs::cast_counters), so no cast kernel waits for the grid's end.
-  const bool fused_cast = atomic && !rows16 && config.gemm2.swap_ab && runtime_.options().fused_cast;
-  if (fused_cast) {
-    MOEJIT_REQUIRE(w.cast_counters != 0 && static_cast<long long>(g2x) <= (spec_.hidden + 15) / 16,
-                   "moe: the fused cast's counters ({} column tiles) are not carved", g2x);
-    g.cast_counters = reinterpret_cast<int*>(w.cast_counters);
-    g.cast_out = reinterpret_cast<void*>(args.out.data);
-    g.cast_ld_out = args.out.strides[0];
-    g.cast_tokens = m;
-  }
   (per_tile ? k.gemm2_tiles : k.gemm2)
       ->launch(stream, {g2x, g2y, unsigned(splits2), k.gemm2_threads, 1, 1, k.gemm2_smem, overlap}, g);
   if (!spec_.fused && hooks && hooks->after_gemm2) hooks->after_gemm2(stream, stage);
-  if (fused_cast) return;
   MoeReduceArgs r{};
   r.in = reinterpret_cast<const void*>(w.slots);
   r.ld_in = spec_.hidden;

@@ -59,9 +59,6 @@ struct MoeLayer::Workspace {
   // Fast mode: per-tile readiness counters of the swap-AB decode pair ([tile bound] int: GEMM1's
   // CTAs done; common/tile_flags.cuh), zeroed with the rest.
   CUdeviceptr tile_ready = 0;
-  // Fast mode: the fused cast's counters ([K / 16] int: a column tile of the narrowest swap-AB
-  // GEMM2; MoeGemmArgs::cast_counters), zeroed with the rest.
-  CUdeviceptr cast_counters = 0;
   CUdeviceptr zeroed = 0;        // fast mode: the counters, then the accumulator, zeroed before GEMM1
   std::size_t zeroed_bytes = 0;
   bool gemm1_split = false;

@@ -15,7 +15,6 @@ namespace moejit {
 namespace {
 constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
-constexpr std::size_t kCastMinBlockN = moe_swap_ab_block_n(1, false);
 }  // namespace
 
 MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
@@ -50,8 +49,6 @@ MoeLayer::Workspace MoeLayer::carve(const MoeForwardArgs& args, int m) const {
   if (accumulator) {  // most row tiles of any config: those of the smallest block_m
     const long long tiles = moe_max_row_tiles(static_cast<long long>(M) * spec_.top_k, spec_.local_experts(), kMoeMinBlockM);
     take(w.tile_ready, static_cast<std::size_t>(tiles) * sizeof(int));
-    // One counter per column tile of the narrowest swap-AB GEMM2 (moe_swap_ab_block_n: 16 columns).
-    take(w.cast_counters, (K + kCastMinBlockN - 1) / kCastMinBlockN * sizeof(int));
   }
   // Slots: fast mode, the fp32 accumulator [M, K] or GEMM2's DTYPE rows by slot [M * top_k, K] (the
   // tile config picks: TopkSum); deterministic / unfused, fp32 rows by slot.

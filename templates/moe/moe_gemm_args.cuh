@@ -92,15 +92,6 @@ struct MoeGemmArgs {
   // the copy engine reads them in place.
   alignas(64) unsigned long long b_tensor_map[16];
   alignas(64) unsigned long long a_tensor_map[16];
-  // The fast mode's cast fused into the swap-AB GEMM2 (kRoleGemm2Atomic; null = the cast kernel
-  // after it): cast_counters [grid x], zero at the launch (zeroed with the fp32 accumulator), count
-  // the CTAs of each column tile that are done adding; the last of max(row tiles, 1) x k splits
-  // converts the tile's columns of all cast_tokens rows of the sums (c) to DTYPE rows of cast_out
-  // (swap_ab_detail::cast_tail). After the tensor maps: the fields before them fill 256 bytes.
-  int* cast_counters;
-  void* cast_out;
-  long long cast_ld_out;  // elements between cast_out rows
-  int cast_tokens;
 };
 
 // The persistent wgmma kernel loads its weight tiles with bulk tensor copies (one thread, no

@@ -92,17 +92,7 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   if constexpr (WAIT_FIRST) pdl::wait();
   pdl::launch_dependents();
   const int tile = blockIdx.y;
-  // The fused cast counts max(row tiles, 1) x k splits CTAs a column tile: with no row tile at all
-  // (every routed expert remote), the CTAs of row 0 still count in, so that out gets its zeros.
-  constexpr bool CAST = ROLE == kRoleGemm2Atomic;
-  const int tiles = args.totals[2];
-  if (tile >= tiles) {
-    if constexpr (CAST)
-      if (tile == 0 && args.cast_counters && threadIdx.x < WARPS_N * 32)
-        swap_ab_detail::cast_tail<DTYPE, WARPS_N * 32, moe_swap_ab_block_n(WARPS_N, activation_is_gated(ACT))>(
-            args, blockIdx.x * moe_swap_ab_block_n(WARPS_N, activation_is_gated(ACT)), gridDim.z);
-    return;
-  }
+  if (tile >= args.totals[2]) return;
   // GEMM2's wait for its activations: the kernel before as a whole, or only the pieces of its own
   // row tile (args.tile_ready), so that it starts on finished tiles under that kernel's last wave.
   // Upper bound measured first (GEMM2 not waiting at all; thirty-seventh session, H100): MXFP4
@@ -597,8 +587,6 @@ __global__ void __launch_bounds__(WARPS_N* WARPS_K * 32,
   }
 
   swap_ab_detail::store_tile<ROLE, DTYPE, ACT, QUANT, NF>(args, acc, wrow, col, s_slot, s_arow, row0, expert, t);
-  if constexpr (CAST)
-    if (args.cast_counters) swap_ab_detail::cast_tail<DTYPE, WARPS_N * 32, BLOCK_N>(args, n0, tiles * gridDim.z);
   if (ROLE == kRoleGemm1 && args.tile_ready) {  // this CTA's columns of the tile are stored
     storers_barrier<WARPS_N * 32>();
     if (threadIdx.x == 0) tile_flags::release(args.tile_ready + tile, 1);

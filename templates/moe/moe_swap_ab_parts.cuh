@@ -108,57 +108,6 @@ __device__ inline void storers_barrier() {
   asm volatile("bar.sync 1, %0;" ::"r"(THREADS) : "memory");
 }
 
-// The fused cast (MoeGemmArgs::cast_counters), run by the same THREADS storers once their atomic
-// adds are issued. Thread 0 counts the CTA in at its column tile with an acq_rel add after the
-// barrier (the release orders every storer's adds before it, as tile_flags::release does); the CTA
-// that brings the count to `arrivals` has seen every other CTA's adds (the acquire), and converts
-// the tile's columns of every token's fp32 sums, read from L2 (.cg: where the adds landed), to
-// DTYPE. This replaces a cast kernel that could start only after the whole grid had completed.
-template <int DTYPE, int THREADS, int BLOCK_N>
-__device__ inline void cast_tail(const MoeGemmArgs& args, int n0, int arrivals) {
-  storers_barrier<THREADS>();
-  int last = 0;
-  if (threadIdx.x == 0) {
-    int before;
-    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(before) : "l"(args.cast_counters + blockIdx.x) : "memory");
-    last = before == arrivals - 1;
-  }
-  // Thread 0's answer to every storer (a reducing barrier: no shared memory).
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.s32 q, %1, 0;\n bar.red.or.pred p, 1, %2, q;\n selp.s32 %0, 1, 0, p;\n}\n"
-      : "=r"(last)
-      : "r"(last), "r"(THREADS)
-      : "memory");
-  if (!last) return;
-  static_assert(BLOCK_N % 4 == 0, "whole column quads");
-  constexpr int QUADS = BLOCK_N / 4;  // 16-byte fp32 loads of a token's tile columns
-  const float* sums = static_cast<const float*>(args.c);
-  unsigned short* out = static_cast<unsigned short*>(args.cast_out);
-  // BATCH quads a thread at a time, all loaded before any store: the stores might alias the sums as
-  // far as the compiler knows, so one quad at a time would be one L2 round trip after another.
-  constexpr int BATCH = 4;
-  const int total = args.cast_tokens * QUADS;
-  for (int first = threadIdx.x; first < total; first += BATCH * THREADS) {
-    float4 v[BATCH];
-#pragma unroll
-    for (int b = 0; b < BATCH; ++b) {
-      const int i = first + b * THREADS, c = n0 + (i % QUADS) * 4;
-      // n_out is a multiple of 8: a quad is inside it or past it.
-      if (i < total && c < args.n_out)
-        v[b] = __ldcg(reinterpret_cast<const float4*>(sums + static_cast<long long>(i / QUADS) * args.ldc + c));
-    }
-#pragma unroll
-    for (int b = 0; b < BATCH; ++b) {
-      const int i = first + b * THREADS, c = n0 + (i % QUADS) * 4;
-      if (i >= total || c >= args.n_out) continue;
-      uint2 packed;
-      packed.x = sm80::pack2<DTYPE>(v[b].x, v[b].y);
-      packed.y = sm80::pack2<DTYPE>(v[b].z, v[b].w);
-      *reinterpret_cast<uint2*>(out + static_cast<long long>(i / QUADS) * args.cast_ld_out + c) = packed;
-    }
-  }
-}
-
 
 // The wgmma variant (WGMMA = 1). The tile's tokens are the B operand, staged per k block in shared
 // memory in two 64-k halves of [BLOCK_M rows][128 bytes] with the 128-byte swizzle (16-byte chunk c

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <sys/wait.h>
 
 #include "common/error.h"
@@ -26,8 +25,6 @@ Options test_options(const std::filesystem::path& cache_dir) {
   o.cache_dir = cache_dir;
   o.disk_cache = !cache_dir.empty();
   o.log_level = LogLevel::Error;
-  // MOEJIT_FUSED_CAST=1 runs every GPU suite through the swap-AB GEMM2's fused cast (opt-in so far).
-  if (const char* v = std::getenv("MOEJIT_FUSED_CAST")) o.fused_cast = parse_bool(v, "MOEJIT_FUSED_CAST");
   return o;
 }
 
