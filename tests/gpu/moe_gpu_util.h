@@ -43,6 +43,14 @@ inline double forward_and_check(MoeRun& r, int m, bool modular, CUstream stream 
   return r.problem->relative_error(out, MoeProblem::sample_tokens(m, kMaxCheckedTokens));
 }
 
+// The same for the caller's top-k (modular) through a given tile config.
+inline double forward_and_check(MoeRun& r, int m, const MoeTileConfig& config) {
+  r.problem->poison();
+  r.layer->forward_with_config(nullptr, r.problem->args(m, true), config);
+  r.problem->use_generated_topk();
+  return r.problem->relative_error(r.problem->output(m), MoeProblem::sample_tokens(m, kMaxCheckedTokens));
+}
+
 inline bool within_band(double err) { return std::isfinite(err) && err <= kMoeErrorBand; }
 
 // Relative-error bands of the quantized formats against the fp64 reference of the dequantized

@@ -115,9 +115,8 @@ TEST_CASE("gpu moe: tokens routed only to remote experts get zeros") {
   };
   for (int token : {0, 2, 4}) route_remote(token);  // tokens 1 and 3 keep their random experts
   r.problem->topk_ids.upload(host.topk_ids.data(), host.topk_ids.size() * sizeof(int));
-  std::vector<MoeTileConfig> all = configs;
-  all.push_back(r.layer->tile_config(m));
-  for (const MoeTileConfig& c : all) {
+  configs.push_back(r.layer->tile_config(m));
+  for (const MoeTileConfig& c : configs) {
     INFO(fmt::format("{} config {}", spec.describe(), c.describe()));
     // Mixed: the remote-only rows are zero, the others match the reference.
     r.problem->poison();

@@ -88,10 +88,7 @@ TEST_CASE("gpu moe quant: MXFP4 scales above 2 (the exact dequantization) equal 
         runs.push_back({7, swap});
       }
       for (const auto& [m, config] : runs) {
-        r.problem->poison();
-        r.layer->forward_with_config(nullptr, r.problem->args(m, true), config);
-        r.problem->use_generated_topk();
-        const double err = r.problem->relative_error(r.problem->output(m), MoeProblem::sample_tokens(m, kMaxCheckedTokens));
+        const double err = forward_and_check(r, m, config);
         INFO(fmt::format("{} M={} tiles {} relative error {:.3e}", spec.describe(), m, config.describe(), err));
         CHECK(err <= quant_error_band(quant));
         ++forwards;
