@@ -6,6 +6,16 @@
 #
 #   bash scripts/device_bundle                      # here
 #   bash scripts/device_ab.sh [tests|walk|pingpong|multicast|pregather|ncu]...   # there (all when none is named)
+#
+# Two decode steps run only when named:
+#   stages     MXFP4 gpt-oss-120b M = 1 / 4 / 16 on 8-token swap-AB tiles of 4 x 2 warps at 2 / 3 / 4
+#              stages (the shipped DB's tiles take 2), two rounds.
+#   templates  a template copy against the binaries' own templates: the swap-AB GPU tests on the copy,
+#              then two rounds of the decode cells of MXFP4, int4 and fp8 swap-AB tiles. Name the copy
+#              with AB_TEMPLATES (carried along), e.g. for a patch of docs/experiments/:
+#                mkdir -p .device/ab && git archive HEAD templates | tar -x -C .device/ab
+#                git apply --directory=.device/ab docs/experiments/NAME.patch   # here
+#                AB_TEMPLATES=.device/ab/templates bash scripts/device_ab.sh templates   # there
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-device-ab-out}
@@ -65,7 +75,36 @@ for step in "${steps[@]}"; do
         done
       done
       ;;
-    *) echo "device_ab: unknown step $step (tests, walk, pingpong, multicast, pregather, ncu)"; exit 2 ;;
+    stages)
+      for r in 1 2; do
+        for t in 4x2x2 4x2x3 4x2x4; do
+          f="$out/stages_${t}_$r.txt"
+          timeout 150 $bin/moejit_bench --only moe --quant mxfp4_packed --shapes gpt-oss-120b --tokens 1,4,16 \
+            --swap-ab $t --block-m 8 > "$f" 2>&1
+          summary+=("== round $r --swap-ab $t --block-m 8" "$(rows "$f")")
+        done
+      done
+      ;;
+    templates)
+      if [ ! -d "${AB_TEMPLATES:-}" ]; then echo "device_ab: templates needs AB_TEMPLATES, a template directory"; exit 2; fi
+      ab_dir=$(cd "$AB_TEMPLATES" && pwd)
+      MOEJIT_TEMPLATE_DIR=$ab_dir timeout 400 $bin/moejit_gpu_tests \
+        -tc='*swap-AB kernel equals*,*remote experts*,*scales above 2*,*quant: every format*' > "$out/templates_tests.txt" 2>&1
+      summary+=("tests on $ab_dir rc=$?: $(grep -E 'test cases' "$out/templates_tests.txt" | tail -1)")
+      for r in 1 2; do
+        for which in own copy; do
+          f="$out/templates_${which}_$r.txt"
+          dir=""; [ $which = copy ] && dir=$ab_dir
+          {
+            MOEJIT_TEMPLATE_DIR=$dir timeout 150 $bin/moejit_bench --only moe --quant mxfp4_packed --shapes gpt-oss-120b --tokens 1,4,16
+            MOEJIT_TEMPLATE_DIR=$dir timeout 150 $bin/moejit_bench --only moe --quant int4_group --shapes Qwen3-30B-A3B --tokens 4,16
+            MOEJIT_TEMPLATE_DIR=$dir timeout 150 $bin/moejit_bench --only moe --quant fp8_block --shapes DeepSeek-V3-TP8 --tokens 16
+          } > "$f" 2>&1
+          summary+=("== round $r templates: $which" "$(rows "$f")")
+        done
+      done
+      ;;
+    *) echo "device_ab: unknown step $step (tests, walk, pingpong, multicast, pregather, ncu, stages, templates)"; exit 2 ;;
   esac
 done
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <sys/wait.h>
 
 #include "common/error.h"
@@ -22,6 +23,9 @@ ScratchDir::~ScratchDir() {
 
 Options test_options(const std::filesystem::path& cache_dir) {
   Options o;
+  // MOEJIT_TEMPLATE_DIR alone of the environment: the suites then check a template copy (a patch
+  // under trial on the GPU machine) with the same binaries, as moejit_bench times it.
+  if (const char* dir = std::getenv("MOEJIT_TEMPLATE_DIR"); dir != nullptr && *dir != '\0') o.template_dir = dir;
   o.cache_dir = cache_dir;
   o.disk_cache = !cache_dir.empty();
   o.log_level = LogLevel::Error;
