@@ -95,11 +95,10 @@ for step in "${steps[@]}"; do
         for which in own copy; do
           f="$out/templates_${which}_$r.txt"
           dir=""; [ $which = copy ] && dir=$ab_dir
-          {
-            MOEJIT_TEMPLATE_DIR=$dir timeout 150 $bin/moejit_bench --only moe --quant mxfp4_packed --shapes gpt-oss-120b --tokens 1,4,16
-            MOEJIT_TEMPLATE_DIR=$dir timeout 150 $bin/moejit_bench --only moe --quant int4_group --shapes Qwen3-30B-A3B --tokens 4,16
-            MOEJIT_TEMPLATE_DIR=$dir timeout 150 $bin/moejit_bench --only moe --quant fp8_block --shapes DeepSeek-V3-TP8 --tokens 16
-          } > "$f" 2>&1
+          for cell in "mxfp4_packed gpt-oss-120b 1,4,16" "int4_group Qwen3-30B-A3B 4,16" "fp8_block DeepSeek-V3-TP8 16"; do
+            set -- $cell
+            MOEJIT_TEMPLATE_DIR=$dir timeout 150 $bin/moejit_bench --only moe --quant "$1" --shapes "$2" --tokens "$3"
+          done > "$f" 2>&1
           summary+=("== round $r templates: $which" "$(rows "$f")")
         done
       done
